@@ -1,0 +1,1 @@
+"""The attempt loop (issue 4): litellm client, tools, budgets, skills, plan and scheduler."""

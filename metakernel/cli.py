@@ -1,0 +1,167 @@
+"""The `metakernel` command line: noun-verb groups, every option mirrored by a METAKERNEL_* variable.
+
+Bad input (unknown problem, malformed family card, a problem file that raises) ends in one line naming the file
+and the cause, exit code 2; `--debug` shows the traceback. Failed checks exit 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import click
+
+from metakernel.errors import UserError
+
+CONTEXT = {"auto_envvar_prefix": "METAKERNEL", "help_option_names": ["-h", "--help"], "max_content_width": 110}
+
+
+def _load_dotenv() -> None:
+    """Read `.env` in the working directory (KEY=VALUE lines) without overriding the environment."""
+    path = Path(".env")
+    if not path.is_file():
+        return
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if line and not line.startswith("#") and "=" in line:
+            key, _, value = line.partition("=")
+            os.environ.setdefault(key.strip(), value.strip().strip("'\""))
+
+
+@click.group(context_settings=CONTEXT)
+@click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
+@click.version_option(package_name="metakernel")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """Metakernel: does kernel knowledge learned in one DSL transfer to another?
+
+    \b
+    Examples:
+      metakernel problems list --family moe
+      metakernel problems show 28
+      metakernel problems validate              # all 74 on the CPU at small scale
+      metakernel problems validate 1-18 --device cuda
+    """
+    ctx.obj = {"debug": debug}
+
+
+@cli.group(context_settings=CONTEXT)
+def problems() -> None:
+    """The 74 problems: list, show, validate."""
+
+
+@problems.command("list", context_settings=CONTEXT)
+@click.option("--family", "family", default=None, help="Only this family (attention, kv_cache, mlp_norm, ...).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def problems_list(family: str | None, as_json: bool) -> None:
+    """List problems with their family and one-line summary.
+
+    \b
+    Examples:
+      metakernel problems list
+      metakernel problems list --family attention --json
+    """
+    from metakernel.catalog import load_catalog
+
+    catalog = load_catalog()
+    if family is not None and family not in catalog.families:
+        raise UserError(f"unknown family {family!r} (families: {', '.join(catalog.families)})")
+    rows = [p for p in catalog.problems() if family is None or p.family == family]
+    if as_json:
+        click.echo(json.dumps([{**p.identity, "title": p.title, "path": str(p.path)} for p in rows], indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{len(rows)} problems" + (f" in {family}" if family else ""))
+    for col in ("NN", "family", "slug", "what it computes"):
+        table.add_column(col, overflow="fold")
+    for p in rows:
+        table.add_row(p.nn, p.family, p.slug, p.title)
+    Console().print(table)
+
+
+@problems.command("show", context_settings=CONTEXT)
+@click.argument("number", type=int)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def problems_show(number: int, as_json: bool) -> None:
+    """Show one problem: provenance, shapes, roofline numbers, source and both variants' task text.
+
+    \b
+    Example:
+      metakernel problems show 14
+    """
+    from metakernel.showing import describe, render
+
+    info = describe(number)
+    if as_json:
+        click.echo(json.dumps(info, indent=2, default=str))
+    else:
+        render(info)
+
+
+@problems.command("validate", context_settings=CONTEXT)
+@click.argument("selection", nargs=-1)
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
+              help="Where to run the references.")
+@click.option("--scale", type=click.Choice(["small", "full"]), default=None,
+              help="Input scale [default: small on cpu, full on cuda].")
+@click.option("--json", "as_json", is_flag=True, help="Print the per-problem reports as JSON.")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the JSON report here (rewritten after every problem).")
+@click.option("--resume", is_flag=True, help="Keep --report's entries whose problem file is unchanged.")
+@click.option("--time-budget", type=float, default=None,
+              help="Stop starting new problems after this many seconds (exit 3: resume later).")
+def problems_validate(selection: tuple[str, ...], device: str, scale: str | None, as_json: bool,
+                      report_path: Path | None, resume: bool, time_budget: float | None) -> None:
+    """Prove problems sane: contract, fresh seeds, determinism, precision vs float64, the rule rejects zeros and
+    random outputs, alt_reference agreement, size and eager time.
+
+    SELECTION: problem numbers, ranges (3-7) or family names, comma or space separated (default: all).
+
+    \b
+    Examples:
+      metakernel problems validate
+      metakernel problems validate 1-3 moe --device cuda --report out.json
+    """
+    from metakernel.validate_run import run_validation
+
+    if resume and report_path is None:
+        raise UserError("--resume needs --report FILE")
+    code = run_validation(",".join(selection), device=device, scale=scale, as_json=as_json,
+                          report_path=report_path, resume=resume, time_budget=time_budget)
+    sys.exit(code)
+
+
+@cli.command("run", context_settings=CONTEXT)
+@click.argument("args", nargs=-1)
+def run_cmd(args: tuple[str, ...]) -> None:
+    """Run a transfer experiment (the attempt loop: not in this version yet)."""
+    raise UserError("the attempt loop (`metakernel run`) is not built yet; today `metakernel problems validate` "
+                    "is the main job (see README.md, 'What works today')")
+
+
+def main(argv: list[str] | None = None) -> Any:
+    """Console-script entry: one-line errors with exit code 2 unless --debug."""
+    _load_dotenv()
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args or os.environ.get("METAKERNEL_DEBUG", "") not in ("", "0", "false")
+    try:
+        return cli.main(args=args, prog_name="metakernel", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(2)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except UserError as exc:
+        if debug:
+            traceback.print_exc()
+        click.echo(f"metakernel: error: {exc}", err=True)
+        sys.exit(2)

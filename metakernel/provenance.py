@@ -1,0 +1,78 @@
+"""Where a result came from: code revision (and whether the tree was dirty), package versions, GPU.
+
+The H200 machine receives the checkout without `.git`, so `METAKERNEL_REVISION` (set by whoever launches the job)
+takes precedence over asking git.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import subprocess
+from importlib import metadata
+from typing import Any
+
+from metakernel.paths import repo_root
+
+
+def code_revision() -> dict[str, Any]:
+    """{'commit': hash or None, 'dirty': bool or None, 'source': 'env' | 'git' | 'unknown'}."""
+    env = os.environ.get("METAKERNEL_REVISION")
+    if env:
+        commit, _, flag = env.partition("+")
+        return {"commit": commit, "dirty": flag == "dirty", "source": "env"}
+    try:
+        root = str(repo_root())
+        commit = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10, check=True).stdout.strip()
+        status = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+                                capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+        return {"commit": commit, "dirty": bool(status), "source": "git"}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None, "source": "unknown"}
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def package_versions() -> dict[str, str | None]:
+    """Versions of what results depend on (None = not installed)."""
+    import torch
+
+    versions: dict[str, str | None] = {"python": platform.python_version(), "torch": torch.__version__,
+                                       "cuda": torch.version.cuda}
+    for dist in ("metakernel", "nvidia-cutlass-dsl", "apache-tvm", "litellm"):
+        versions[dist] = _version(dist)
+    return versions
+
+
+def gpu_info() -> dict[str, Any] | None:
+    """Name, capability and memory of GPU 0, or None without CUDA."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    props = torch.cuda.get_device_properties(0)
+    return {"name": props.name, "capability": f"sm_{props.major}{props.minor}",
+            "memory_gb": round(props.total_memory / 1e9, 1), "multiprocessors": props.multi_processor_count,
+            "driver": _driver_version()}
+
+
+def _driver_version() -> str | None:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20, check=True).stdout.strip()
+        return out.splitlines()[0] if out else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def provenance() -> dict[str, Any]:
+    """Everything above plus the time, for the header of every report."""
+    return {"created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "revision": code_revision(),
+            "versions": package_versions(), "gpu": gpu_info(), "host": platform.node()}

@@ -1,0 +1,154 @@
+"""Running `validate` over a selection: progress, the results table, the JSON report, resuming, exit codes.
+
+The report is rewritten after every problem (data before completion), so a run cut off by a time limit — one
+device command on the H200 is capped at 10 minutes — resumes with `--resume` and skips problems whose entry
+matches the file's current content hash, device and scale.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from metakernel.catalog import load_catalog
+from metakernel.errors import UserError
+from metakernel.provenance import provenance
+from metakernel.validate import ProblemReport, validate_problem
+
+SCHEMA = "metakernel.validation.problems/1"
+
+
+def _load_report(path: Path) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise UserError(f"not a JSON report ({exc.msg}, line {exc.lineno})", str(path)) from exc
+    if data.get("schema") != SCHEMA:
+        raise UserError(f"schema {data.get('schema')!r} is not {SCHEMA}", str(path))
+    return data
+
+
+def _write_report(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _summarise(data: dict[str, Any], catalog_issues: list[str]) -> None:
+    entries = data["problems"].values()
+    data["summary"] = {
+        "validated": len(entries),
+        "passed": sum(1 for e in entries if e["ok"]),
+        "failed": sorted(f"{e['number']:02d}" for e in entries if not e["ok"]),
+        "eager_us_min": min((e["eager_us"] for e in entries if e.get("eager_us")), default=None),
+        "catalog_issues": catalog_issues,
+    }
+
+
+def run_validation(selection: str, *, device: str, scale: str | None, as_json: bool, report_path: Path | None,
+                   resume: bool = False, time_budget: float | None = None) -> int:
+    """Validate the selected problems; returns the exit code (0 ok, 1 failed checks, 2 broken problem files)."""
+    import torch
+
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda but torch sees no CUDA device")
+    scale = scale or ("small" if device == "cpu" else "full")
+    catalog = load_catalog()
+    numbers = catalog.select(selection)
+    catalog_issues = catalog.issues() if not selection.strip() else []
+    data = (_load_report(report_path) if (report_path and resume) else None) or {
+        "schema": SCHEMA, "provenance": provenance(), "device": device, "scale": scale, "problems": {}}
+    if data.get("device") != device or data.get("scale") != scale:
+        raise UserError(f"report holds {data.get('device')}/{data.get('scale')} results, not {device}/{scale}",
+                        str(report_path))
+    data.setdefault("runs", []).append(provenance())
+    reports: list[ProblemReport | dict[str, Any]] = []
+    broken: list[str] = []
+    started = time.monotonic()
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(TextColumn("[bold]validate[/bold] {task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), transient=True, disable=not sys.stderr.isatty())
+    skipped_for_time = 0
+    with progress:
+        task = progress.add_task("", total=len(numbers))
+        for number in numbers:
+            key = f"{number:02d}"
+            progress.update(task, description=key)
+            try:
+                problem = catalog.problem(number)
+            except UserError as exc:
+                broken.append(str(exc))
+                reports.append({"number": number, "slug": catalog.paths[number].stem[3:], "ok": False,
+                                "error": str(exc), "checks": []})
+                progress.advance(task)
+                continue
+            previous = data["problems"].get(key)
+            if previous and previous.get("content_hash") == problem.content_hash and previous.get("ok") is not None:
+                reports.append(previous)
+                progress.advance(task)
+                continue
+            if time_budget is not None and time.monotonic() - started > time_budget:
+                skipped_for_time += 1
+                progress.advance(task)
+                continue
+            report = validate_problem(problem, device=device, scale=scale)
+            if report.error:
+                broken.append(report.error)
+            reports.append(report)
+            data["problems"][key] = report.to_dict()
+            if report_path:
+                _summarise(data, catalog_issues)
+                _write_report(report_path, data)
+            progress.advance(task)
+    if report_path:
+        _summarise(data, catalog_issues)
+        _write_report(report_path, data)
+    dicts = [r.to_dict() if isinstance(r, ProblemReport) else r for r in reports]
+    if as_json:
+        print(json.dumps({"device": device, "scale": scale, "problems": dicts, "catalog_issues": catalog_issues},
+                         indent=1))
+    else:
+        _print_table(dicts, device, scale, catalog_issues, skipped_for_time)
+    for line in broken:
+        print(f"metakernel: error: {line}", file=sys.stderr)
+    if broken:
+        return 2
+    if skipped_for_time:
+        print(f"metakernel: {skipped_for_time} problem(s) left for the next run (time budget)", file=sys.stderr)
+        return 3
+    return 0 if all(d["ok"] for d in dicts) and not catalog_issues else 1
+
+
+def _print_table(rows: list[dict[str, Any]], device: str, scale: str, catalog_issues: list[str],
+                 skipped: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    passed = sum(1 for r in rows if r["ok"])
+    table = Table(title=f"validate on {device} at {scale} scale: {passed}/{len(rows)} passed")
+    for col in ("NN", "family", "slug", "result", "eager", "notes"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        failed = [c for c in r.get("checks", []) if not c["ok"]]
+        warned = [c for c in r.get("checks", []) if c["ok"] and c.get("warn") and c["name"] != "alt_reference"]
+        if r.get("error"):
+            result, notes = "[red]ERROR[/red]", r["error"]
+        elif failed:
+            result, notes = "[red]FAIL[/red]", "; ".join(f"{c['name']}: {c['detail']}" for c in failed)
+        else:
+            result, notes = "[green]ok[/green]", "; ".join(f"{c['name']}: {c['detail']}" for c in warned)
+        eager = r.get("eager_us")
+        shown = "" if eager is None else (f"{eager:.1f} us" if device == "cuda" else f"{eager / 1e3:.1f} ms")
+        table.add_row(f"{r['number']:02d}", r.get("family", ""), r.get("slug", ""), result, shown, notes)
+    console = Console(width=max(120, Console().width))
+    console.print(table)
+    for issue in catalog_issues:
+        console.print(f"[red]catalog:[/red] {issue}")
