@@ -118,8 +118,10 @@ def problems_show(number: int, as_json: bool) -> None:
               help="Stop starting new problems after this many seconds (exit 3: resume later).")
 def problems_validate(selection: tuple[str, ...], device: str, scale: str | None, as_json: bool,
                       report_path: Path | None, resume: bool, time_budget: float | None) -> None:
-    """Prove problems sane: contract, fresh seeds, determinism, precision vs float64, the rule rejects zeros and
-    random outputs, alt_reference agreement, size and eager time.
+    """Prove problems sane (contract, seeds, determinism, precision, rejections, alt_reference, size, time).
+
+    Checks: the file contract; fresh seeds; determinism; precision vs the float64 anchor; the rule rejects
+    all-zeros and random outputs; alt_reference agreement; input size; eager time.
 
     SELECTION: problem numbers, ranges (3-7) or family names, comma or space separated (default: all).
 

@@ -303,8 +303,10 @@ def expand_scale(scale: torch.Tensor, block: tuple[int, ...], shape: torch.Size)
 def compare_quantized(name: str, cand: torch.Tensor, cand_scale: torch.Tensor, anchor: torch.Tensor,
                       anchor_scale: torch.Tensor, spec: ComparatorSpec, scale_allowance: float
                       ) -> tuple[OutputCheck, Mismatch | None]:
-    """Dequantized comparison: 1 ulp of the storage format times the scale, plus |q| times the error the scale
-    itself is allowed (its own float-rule allowance; the scale output is also checked on its own)."""
+    """Dequantized comparison: 1 ulp of the storage format times the scale, plus |q| times the scale's allowance.
+
+    The scale's allowance is its own float-rule allowance; the scale output is also checked on its own.
+    """
     fmt = spec.format or "float8_e4m3fn"
     qc = decode(cand, fmt)
     qa = decode(anchor.to(cand.device), fmt)

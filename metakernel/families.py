@@ -90,7 +90,8 @@ def check_catalog(families: dict[str, Family], numbers_by_family: dict[str, list
             issues.append(f"family {name}: no card families/{name}.yaml")
             continue
         if list(card.members) != list(rng):
-            issues.append(f"family {name}: card lists {_span(card.members)}, expected {rng.start:02d}-{rng.stop - 1:02d}")
+            expected = f"{rng.start:02d}-{rng.stop - 1:02d}"
+            issues.append(f"family {name}: card lists {_span(card.members)}, expected {expected}")
         files = sorted(numbers_by_family.get(name, []))
         if files != list(rng):
             issues.append(f"family {name}: problem files {_span(files)}, expected {rng.start:02d}-{rng.stop - 1:02d}")

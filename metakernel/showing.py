@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from metakernel.catalog import load_catalog
+from metakernel.errors import UserError
 from metakernel.expected import output_names, run_reference
 from metakernel.hardware import H200
 from metakernel.paths import repo_root
@@ -46,8 +47,13 @@ def describe(number: int) -> dict[str, Any]:
     """Everything `show` prints, as data."""
     problem = load_catalog().problem(number)
     torch.manual_seed(0)
-    small = problem.make_inputs(device="cpu", scale="small")
-    returned, mutated = run_reference(problem, small)
+    try:
+        small = problem.make_inputs(device="cpu", scale="small")
+        returned, mutated = run_reference(problem, small)
+    except UserError:
+        raise
+    except Exception as exc:  # a broken problem file is bad input: one line naming it
+        raise UserError(f"running it at small scale raised {type(exc).__name__}: {exc}", str(problem.path)) from exc
     names = output_names(problem, returned)
     outputs = [returned] if isinstance(returned, torch.Tensor) else list(returned or [])
     small_out = _shapes(outputs, names) | {f"{n} (mutated)": s for n, s in

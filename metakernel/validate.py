@@ -183,8 +183,10 @@ def check_mutates(problem: Problem, inputs: list[Any], snapshot: list[Any], muta
 
 
 def check_precision(problem: Problem, expected: Expected) -> Check:
-    """Native reference vs anchor: relative error per float output under the dtype's bound; other comparators
-    must accept the native reference."""
+    """Native reference vs anchor: relative error per float output under the dtype's bound.
+
+    Outputs under other comparators (topk, quantized, exact) must be accepted by their comparator.
+    """
     worst: list[str] = []
     for name in (*expected.names, *expected.mutated):
         spec = expected.spec(name)
@@ -402,7 +404,8 @@ def validate_problem(problem: Problem, device: str = "cpu", scale: str | None = 
         frames = traceback.extract_tb(exc.__traceback__)
         in_file = [f for f in frames if f.filename == str(problem.path)]
         line = f":{in_file[-1].lineno}" if in_file else ""
-        report.error = f"{problem.path}{line}: {step} raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        message = str(exc).splitlines()[0] if str(exc) else ""
+        report.error = f"{problem.path}{line}: {step} raised {type(exc).__name__}: {message}"
     finally:
         report.seconds = time.perf_counter() - started
         if device.startswith("cuda"):

@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import click
+
 from metakernel.catalog import load_catalog
 from metakernel.errors import UserError
 from metakernel.provenance import provenance
@@ -113,16 +115,16 @@ def run_validation(selection: str, *, device: str, scale: str | None, as_json: b
         _write_report(report_path, data)
     dicts = [r.to_dict() if isinstance(r, ProblemReport) else r for r in reports]
     if as_json:
-        print(json.dumps({"device": device, "scale": scale, "problems": dicts, "catalog_issues": catalog_issues},
+        click.echo(json.dumps({"device": device, "scale": scale, "problems": dicts, "catalog_issues": catalog_issues},
                          indent=1))
     else:
         _print_table(dicts, device, scale, catalog_issues, skipped_for_time)
     for line in broken:
-        print(f"metakernel: error: {line}", file=sys.stderr)
+        click.echo(f"metakernel: error: {line}", err=True)
     if broken:
         return 2
     if skipped_for_time:
-        print(f"metakernel: {skipped_for_time} problem(s) left for the next run (time budget)", file=sys.stderr)
+        click.echo(f"metakernel: {skipped_for_time} problem(s) left for the next run (time budget)", err=True)
         return 3
     return 0 if all(d["ok"] for d in dicts) and not catalog_issues else 1
 

@@ -1,7 +1,7 @@
 """Dynamically quantize new K and V to fp8 e4m3 with one scale per (token, kv head) and append values and scales to a paged cache.
 
-Provenance: fp8 KV-cache serving with dynamic per-token-per-head scales (the scheme of LMDeploy's online KV
-quantization, here with e4m3 values as on Hopper), in vLLM's paged layout: values [num_blocks, block_size,
+Provenance: fp8 KV-cache serving with dynamic per-token-per-head scales (the granularity of LMDeploy's online KV
+quantization, which is asymmetric int8/int4; here symmetric e4m3, Hopper's native fp8), in vLLM's paged layout: values [num_blocks, block_size,
 num_kv_heads, head_dim], one fp32 scale per cached (token, head) next to it; padded tokens carry slot -1 and are
 skipped, as in vLLM's `reshape_and_cache_flash`. Head layout of Llama-3.1-8B (config.json: num_key_value_heads 8,
 head_dim 128 = hidden_size 4096 / 32 heads).

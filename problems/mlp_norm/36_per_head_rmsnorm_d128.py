@@ -11,6 +11,7 @@ Small scale: q [64, 4, 128], k [64, 2, 128].
 Facts a kernel may rely on: head_dim 128; 32 q heads and 4 k heads at full scale; q and k contiguous; eps 1e-6.
 """
 import torch
+import torch.nn.functional as F
 
 EPS = 1e-6
 OUTPUT_NAMES = ("q_out", "k_out")
@@ -24,6 +25,14 @@ def _rms_norm(x, weight):
 
 def reference(q, k, q_norm_weight, k_norm_weight):
     return _rms_norm(q, q_norm_weight), _rms_norm(k, k_norm_weight)
+
+
+def alt_reference(q, k, q_norm_weight, k_norm_weight):
+    """Same math through torch's fused F.rms_norm."""
+    def norm(x, w):
+        acc = torch.promote_types(x.dtype, torch.float32)
+        return F.rms_norm(x.to(acc), (x.shape[-1],), w.to(acc), EPS).to(x.dtype)
+    return norm(q, q_norm_weight), norm(k, k_norm_weight)
 
 
 def make_inputs(device="cuda", scale="full"):

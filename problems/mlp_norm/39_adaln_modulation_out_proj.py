@@ -1,5 +1,7 @@
-"""Flux single-stream block around its attention: SiLU(vec) -> shift/scale/gate, modulated LayerNorm, GELU-tanh MLP
-branch, concat with the attention output, gated output projection and residual.
+"""Flux single-stream block minus attention: adaLN modulation, modulated LayerNorm, MLP, gated output projection.
+
+Computed: SiLU(vec) -> shift/scale/gate; modulated LayerNorm; GELU-tanh MLP branch; concat with the given attention
+output; gated output projection plus residual.
 
 Provenance: FLUX.1-dev SingleStreamBlock (hidden_size 3072, mlp_ratio 4.0 -> mlp_hidden 12288, 24 heads x 128):
     shift, scale, gate = Modulation(vec) = Linear(3072, 3 * 3072)(SiLU(vec)).chunk(3)     (per sample)

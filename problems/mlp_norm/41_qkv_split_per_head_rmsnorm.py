@@ -10,9 +10,11 @@ Full scale: qkv [16384, 8192] bf16, q_norm_weight, k_norm_weight [256] bf16.
 Outputs: q [16384, 16, 256], k [16384, 8, 256] bf16 (contiguous).
 Small scale: qkv [48, (4 + 2 + 2) * 256].
 Facts a kernel may rely on: head_dim 256; 16 q heads and 8 kv heads at full scale; column layout of qkv is
-[q heads | k heads | v heads], each head 256 contiguous values; the v columns are never needed; eps 1e-6.
+[q heads | k heads | v heads], each head 256 contiguous values; the v columns are never needed; eps 1e-6;
+q heads = 2 x kv heads at every scale (the reference derives both counts from the qkv width).
 """
 import torch
+import torch.nn.functional as F
 
 EPS = 1e-6
 OUTPUT_NAMES = ("q", "k")
@@ -39,6 +41,17 @@ def reference(qkv, q_norm_weight, k_norm_weight):
     q = _gemma_rms_norm(q.reshape(t, hq, HEAD_DIM), q_norm_weight)
     k = _gemma_rms_norm(k.reshape(t, hkv, HEAD_DIM), k_norm_weight)
     return q, k
+
+
+def alt_reference(qkv, q_norm_weight, k_norm_weight):
+    """Per-head slicing by index arithmetic and torch's fused F.rms_norm with weight 1 + w."""
+    t = qkv.shape[0]
+    hq, hkv = _num_heads(qkv)
+    acc = torch.promote_types(qkv.dtype, torch.float32)
+    heads = qkv.to(acc).reshape(t, hq + 2 * hkv, HEAD_DIM)
+    q = F.rms_norm(heads[:, :hq], (HEAD_DIM,), 1.0 + q_norm_weight.to(acc), EPS)
+    k = F.rms_norm(heads[:, hq:hq + hkv], (HEAD_DIM,), 1.0 + k_norm_weight.to(acc), EPS)
+    return q.to(qkv.dtype), k.to(qkv.dtype)
 
 
 def make_inputs(device="cuda", scale="full"):
