@@ -109,8 +109,8 @@ def make_inputs(device="cuda", scale="full"):
     key = (torch.randn(num_tokens, NUM_KV_HEADS, HEAD_DIM, device=device) * channel_gain).to(torch.bfloat16)
     value = torch.randn(num_tokens, NUM_KV_HEADS, HEAD_DIM, device=device).to(torch.bfloat16)
     cache_shape = (num_blocks, block_size, NUM_KV_HEADS, HEAD_DIM)
-    k_cache = (torch.randn(cache_shape, device=device) * 100).to(torch.float8_e4m3fn)
-    v_cache = (torch.randn(cache_shape, device=device) * 100).to(torch.float8_e4m3fn)
+    k_cache = (torch.randn(cache_shape, device=device) * 100).clamp(-448, 448).to(torch.float8_e4m3fn)
+    v_cache = (torch.randn(cache_shape, device=device) * 100).clamp(-448, 448).to(torch.float8_e4m3fn)
     k_scale_cache = torch.rand(num_blocks, block_size, NUM_KV_HEADS, 1, device=device) * 0.02 + 0.002
     v_scale_cache = torch.rand(num_blocks, block_size, NUM_KV_HEADS, 1, device=device) * 0.01 + 0.002
     return [key, value, slot_mapping, k_cache, v_cache, k_scale_cache, v_scale_cache]

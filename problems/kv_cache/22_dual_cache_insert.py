@@ -115,7 +115,7 @@ def make_inputs(device="cuda", scale="full"):
     token_gain = torch.exp(0.5 * torch.randn(num_tokens, 1, device=device))
     index_k = (torch.randn(num_tokens, INDEX_HEAD_DIM, device=device) * token_gain).to(torch.bfloat16)
     kv_cache = torch.randn(num_blocks, page, KV_LORA_RANK + ROPE_DIM, device=device).to(torch.bfloat16)
-    index_k_cache = (torch.randn(num_blocks, page, INDEX_HEAD_DIM, device=device) * 100).to(torch.float8_e4m3fn)
+    index_k_cache = (torch.randn(num_blocks, page, INDEX_HEAD_DIM, device=device) * 100).clamp(-448, 448).to(torch.float8_e4m3fn)
     index_k_scale = torch.exp2(torch.randint(-9, -5, (num_blocks, page, 1), device=device).float())
     return [kv_c, k_pe, index_k, slot_mapping, kv_cache, index_k_cache, index_k_scale]
 

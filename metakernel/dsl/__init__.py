@@ -1,0 +1,1 @@
+"""Kernel DSL adapters: one module per DSL behind `metakernel.dsl.base.DslAdapter`."""

@@ -1,0 +1,74 @@
+"""One protocol every kernel DSL adapter implements (DESIGN.md section 4, last bullets).
+
+The grader never branches on the DSL: it asks the adapter to import the DSL, to route every kernel launch
+through a `LaunchGate` (count / suppress / intercept), to run the dry-run check, to clean error text and to give
+the prompt guide. A third DSL is one new module implementing `DslAdapter`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+
+@dataclass
+class LaunchGate:
+    """What the launch hooks consult and update on every DSL kernel launch.
+
+    mode:
+      - "run": launch normally and count it.
+      - "suppress": count it but do NOT launch (ablation: outputs must then be wrong).
+      - "intercept": count it and do NOT launch (dry run on a CPU machine, after compilation succeeded).
+    `kernel_names` collects the device-function names of launched kernels, for profiler attribution.
+    """
+
+    mode: str = "run"
+    launches: int = 0
+    suppressed: int = 0
+    kernel_names: set[str] = field(default_factory=set)
+
+    def should_launch(self) -> bool:
+        """Record one launch; True when the hook must really launch it."""
+        self.launches += 1
+        if self.mode == "run":
+            return True
+        self.suppressed += 1
+        return False
+
+    def reset(self) -> None:
+        """Forget counts (kernel names are kept: they describe compiled kernels, not calls)."""
+        self.launches = 0
+        self.suppressed = 0
+
+
+@runtime_checkable
+class DslAdapter(Protocol):
+    """A kernel DSL as the grader sees it."""
+
+    key: str  # "cute" | "tirx": the variant name
+    name: str  # human name, e.g. "CuTe DSL"
+    import_roots: tuple[str, ...]  # top-level modules whose import means "the DSL is used" (static check)
+
+    def environment(self, *, dry_run: bool) -> dict[str, str]:
+        """Environment variables the child process needs before importing the DSL (arch, CUDA paths, caches)."""
+        ...
+
+    def import_dsl(self) -> None:
+        """Import the DSL (seconds: done once per child, ahead of need)."""
+        ...
+
+    def install_hooks(self, gate: LaunchGate) -> None:
+        """Patch the DSL's launch entry points so every kernel launch goes through `gate.should_launch()`.
+
+        Must be idempotent and installed before the candidate module is imported. Compilation must still happen
+        when a launch is suppressed or intercepted (the dry run exists to catch compile errors).
+        """
+        ...
+
+    def clean_error(self, text: str) -> str:
+        """Strip ANSI codes and DSL noise (NVRTC fp8-header warnings, MLIR dumps) from an error for an agent."""
+        ...
+
+    def guide(self) -> str:
+        """Markdown for the prompt: how to write `solve` in this DSL for this harness, with a tiny example."""
+        ...
