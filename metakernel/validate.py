@@ -323,7 +323,8 @@ def check_speed(problem: Problem, inputs: list[Any], device: str, scale: str, re
     """GPU at full scale: eager median ≥ 20 µs (≥ 100 preferred); CPU at small scale: well under a second."""
     gpu = device.startswith("cuda")
     times = time_reference(problem, inputs, device, repeats=30 if gpu else 3)
-    median = statistics.median(times)
+    # On a shared CPU the best of three is the stable figure; on the GPU the median of 30 event timings.
+    median = statistics.median(times) if gpu else min(times)
     report.eager_us = median * 1e6
     if gpu and scale == "full":
         if median * 1e6 < MIN_EAGER_US:

@@ -11,8 +11,8 @@ Semantics (FlashAttention-2 backward, recomputing the forward):
 Precision pipeline of the reference: matmuls take operands in the input dtype (bf16 tensor cores, fp32
 accumulate, result rounded to bf16), softmax and dS are formed in fp32, P and dS are rounded to bf16 before
 they feed the next matmul (as FlashAttention does). Outputs are bf16.
-Facts a kernel may rely on: layout [batch, heads, seq, head_dim], contiguous; head_dim 128; 16 heads; every
-sequence is exactly T tokens long (T a multiple of 128 at both scales); no dropout, no padding.
+Facts a kernel may rely on: layout [batch, heads, seq, head_dim], contiguous; head_dim 128; 16 heads (4 at
+small scale); every sequence is exactly T tokens long (T a multiple of 128 at both scales); no dropout, no padding.
 The out / logsumexp of the forward are NOT inputs: recompute them.
 """
 import math

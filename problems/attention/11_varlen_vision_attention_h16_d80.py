@@ -5,8 +5,9 @@ spatial_merge_size 2, depth 32). Each vision block runs full attention within ea
 implementations pass cu_seqlens (one segment per image / video frame) to a varlen attention kernel.
 Softmax scale 1/sqrt(80).
 Workload: the vision encoder pass of a multimodal serving batch: 8 images packed into 16384 patches (e.g.
-images from ~450x450 to ~1000x800 pixels). Image lengths are random multiples of 4 (a 14-px patch grid with
-even height and width, as the 2x2 spatial merge requires), each between ~1000 and ~3100 patches.
+images from ~380x380 to ~1000x1000 pixels). Image lengths are random multiples of 4 (a 14-px patch grid with
+even height and width, as the 2x2 spatial merge requires), each between 744 and 4920 patches
+(mostly 1200-3000).
 Full scale: q, k, v [16384, 16, 80] bf16, cu_seqlens [9] int32; small scale: 3 images, 384 patches in total.
 Semantics: out[t] = softmax(q[t] k[seg]^T / sqrt(80)) v[seg] over the keys of t's own image (no mask inside).
 Precision: QK^T and PV in the input dtype (bf16 operands, fp32 accumulation), softmax in fp32, P rounded to

@@ -1,13 +1,12 @@
-"""Bidirectional encoder attention with T5 bucketed relative-position bias gathered from a learned table, plus a
-key-padding mask.
+"""Bidirectional T5 encoder attention with a bucketed relative-position bias table and a key-padding mask.
 
 Provenance: T5-base / Flan-T5-base encoder self-attention (config.json: d_model 768, num_heads 12, d_kv 64,
 relative_attention_num_buckets 32, relative_attention_max_distance 128). T5 does NOT scale q.k by 1/sqrt(d)
 (the scale is folded into the weight initialisation); the bias is added to the raw logits.
 Workload: encoder pass over a padded batch of 32 sequences x 512 tokens (T5's input length), true lengths
-random in [128, 512]; bf16 inference.
+random in [128, 512] (the first one always full length); bf16 inference.
 Full scale: q, k, v [32, 12, 512, 64] bf16, rel_bias_table [32, 12] bf16 (the nn.Embedding(num_buckets,
-n_heads) weight), seq_lens [32] int32; small scale: [2, 12, 96, 64], seq_lens in [48, 96].
+n_heads) weight), seq_lens [32] int32; small scale: [2, 12, 96, 64], seq_lens in [24, 96].
 Semantics, for batch b, head h, query i, key j (positions 0..L-1):
     rel = j - i; bucket = (16 if rel > 0 else 0) + (|rel| if |rel| < 8 else
           min(15, 8 + floor(log(|rel| / 8) / log(128 / 8) * 8)))                      (T5, bidirectional)
