@@ -281,7 +281,7 @@ def check_alt_reference(problem: Problem, device: str, seed: int) -> Check:
             if not torch.equal(r, a.to(r.dtype)):
                 return Check("alt_reference", False, f"integer tensor {i} differs")
             continue
-        scale = float(r.abs().max()) or 1.0
+        scale = float(r.double().abs().max()) or 1.0
         rel = float((r.double() - a.double()).abs().max()) / scale
         worst = max(worst, rel)
         if not rel <= ALT_TOLERANCE:

@@ -42,8 +42,8 @@ def _quant_act_per_token_group(x, acc):
 
 def _dequant_weight(w_q, w_scale, acc):
     N, K = w_q.shape
-    s = w_scale.to(acc).repeat_interleave(BLOCK, dim=0)[:N].repeat_interleave(BLOCK, dim=1)[:, :K]
-    return w_q.to(acc) * s
+    blocks = w_q.to(acc).view(N // BLOCK, BLOCK, K // BLOCK, BLOCK)
+    return (blocks * w_scale.to(acc)[:, None, :, None]).view(N, K)
 
 
 def reference(x, w_q, w_scale):

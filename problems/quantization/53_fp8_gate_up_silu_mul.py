@@ -35,20 +35,23 @@ def _dtypes(x_q):
     return torch.bfloat16, torch.float32
 
 
-def _expand_act_scale(x_scale, K, acc):
-    return x_scale.to(acc).repeat_interleave(BLOCK, dim=1)[:, :K]
+def _dequant_act(x_q, x_scale, acc):
+    T, K = x_q.shape
+    return (x_q.to(acc).view(T, K // BLOCK, BLOCK) * x_scale.to(acc)[:, :, None]).view(T, K)
 
 
-def _expand_weight_scale(w_scale, N, K, acc):
-    return w_scale.to(acc).repeat_interleave(BLOCK, dim=0)[:N].repeat_interleave(BLOCK, dim=1)[:, :K]
+def _dequant_weight(w_q, w_scale, acc):
+    N, K = w_q.shape
+    blocks = w_q.to(acc).view(N // BLOCK, BLOCK, K // BLOCK, BLOCK)
+    return (blocks * w_scale.to(acc)[:, None, :, None]).view(N, K)
 
 
 def reference(x_q, x_scale, w_q, w_scale):
     T, K = x_q.shape
     N = w_q.shape[0]
     cdt, acc = _dtypes(x_q)
-    x = (x_q.to(acc) * _expand_act_scale(x_scale, K, acc)).to(cdt)
-    w = (w_q.to(acc) * _expand_weight_scale(w_scale, N, K, acc)).to(cdt)
+    x = _dequant_act(x_q, x_scale, acc).to(cdt)
+    w = _dequant_weight(w_q, w_scale, acc).to(cdt)
     h = (x @ w.t()).to(acc)
     gate, up = h[:, : N // 2], h[:, N // 2:]
     return (F.silu(gate) * up).to(cdt)

@@ -11,7 +11,7 @@ weight) before RoPE. RoPE and the attention itself are not part of this problem.
 Workload: one chunked-prefill step of 4096 tokens.
 Full scale: x [4096, 5120] bf16, w_q [10240, 5120] float8_e4m3fn, w_scale [80, 40] fp32, q_norm_w [128] bf16,
 k_norm_w [128] bf16 -> q [4096, 64, 128], k [4096, 8, 128], v [4096, 8, 128] bf16.
-Small scale: x [40, 256], 4 q heads, 2 kv heads, head_dim 128 -> w_q [1024, 256].
+Small scale: x [16, 256], 16 q heads, 2 kv heads, head_dim 128 -> w_q [2560, 256], w_scale [20, 2].
 
 Semantics:
     a_scale[t, g] = max(max_{i in g} |x[t, i]|, 1e-10) / 448 (fp32);  x_q = e4m3_rne(clamp(x / a_scale, +-448))
@@ -28,6 +28,8 @@ FP8_MAX = 448.0
 BLOCK = 128
 HEAD_DIM = 128
 EPS = 1e-6
+
+Q_PER_KV = 8  # Qwen3-32B: 64 q heads over 8 kv heads; head counts follow from w_q's rows and this ratio
 
 OUTPUT_NAMES = ("q", "k", "v")
 
@@ -46,8 +48,8 @@ def _quant_act_per_token_group(x, acc):
 
 def _dequant_weight(w_q, w_scale, acc):
     N, K = w_q.shape
-    s = w_scale.to(acc).repeat_interleave(BLOCK, dim=0)[:N].repeat_interleave(BLOCK, dim=1)[:, :K]
-    return w_q.to(acc) * s
+    blocks = w_q.to(acc).view(N // BLOCK, BLOCK, K // BLOCK, BLOCK)
+    return (blocks * w_scale.to(acc)[:, None, :, None]).view(N, K)
 
 
 def _rms_norm_head(h, weight, acc):
@@ -107,10 +109,6 @@ def alt_reference(x, w_q, w_scale, q_norm_w, k_norm_w):
     return norm(q, q_norm_w), norm(k, k_norm_w), v.contiguous()
 
 
-# Qwen3-32B: 64 q heads over 8 kv heads.  The q/kv ratio is a model constant; head counts follow from w_q's rows.
-Q_PER_KV = 8
-
-
 def _quant_weight_block(w):
     N, K = w.shape
     blocks = w.view(N // BLOCK, BLOCK, K // BLOCK, BLOCK)
@@ -123,7 +121,7 @@ def make_inputs(device="cuda", scale="full"):
     if scale == "full":
         T, K, n_kv = 4096, 5120, 8
     else:
-        T, K, n_kv = 40, 256, 2
+        T, K, n_kv = 16, 256, 2
     n_q = Q_PER_KV * n_kv
     N = (n_q + 2 * n_kv) * HEAD_DIM
     # post-RMSNorm hidden states
