@@ -1,4 +1,4 @@
-"""Chunked gated delta rule forward (WY / UT-transform form) with GQA key sharing, L2-normalised q/k and a carried state.
+"""Chunked gated delta rule forward (WY / UT-transform form), GQA key sharing, L2-normalised q/k, carried state.
 
 Provenance: Qwen3-Next-80B-A3B gated DeltaNet layers (config.json: linear_num_key_heads 16, linear_num_value_heads
 32, linear_key_head_dim 128, linear_value_head_dim 128). In the HF/fla code q and k are repeated to the 32 value
@@ -13,7 +13,7 @@ The reference evaluates it chunkwise (chunk 64): per chunk, T = (I + strictly_lo
 alt_reference is the naive token-by-token recurrence.
 
 Workload: prefill of 4 sequences x 4096 tokens through one GDN layer (chunked-prefill / training shape).
-Full scale: B 4, T 4096; small scale: B 1, T 192, 2 key / 4 value heads (same head dims).
+Full scale: B 4, T 4096; small scale: B 1, T 128, 2 key / 4 value heads (same head dims).
 Facts a kernel may rely on: K = V = 128; 2 value heads per key head (repeat_interleave order); T is a multiple of
 64; g < 0 (per token, per value head, fp32, in about [-1.6, -1e-3]); beta in (0, 1); initial_state is fp32.
 """
@@ -25,6 +25,11 @@ import torch.nn.functional as F
 CHUNK = 64
 
 
+
+def _tr(x):
+    """Swap the token and head dims."""
+    return x.transpose(1, 2)
+
 def _l2norm(x, eps=1e-6):
     return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
 
@@ -35,8 +40,7 @@ def _prep(q, k, v, g, beta, initial_state):
     hv, hk = v.shape[2], k.shape[2]
     q = _l2norm(q.to(ct)).repeat_interleave(hv // hk, dim=2) * (q.shape[-1] ** -0.5)
     k = _l2norm(k.to(ct)).repeat_interleave(hv // hk, dim=2)
-    tr = lambda x: x.transpose(1, 2)
-    return tr(q), tr(k), tr(v.to(ct)), tr(g.to(ct)), tr(beta.to(ct)), initial_state.to(ct)
+    return _tr(q), _tr(k), _tr(v.to(ct)), _tr(g.to(ct)), _tr(beta.to(ct)), initial_state.to(ct)
 
 
 def _chunk_gated_delta(q, k, v, g, beta, S, chunk=CHUNK):
@@ -93,7 +97,7 @@ def alt_reference(q, k, v, g, beta, initial_state):
 
 
 def make_inputs(device="cuda", scale="full"):
-    B, T, HK, HV = (4, 4096, 16, 32) if scale == "full" else (1, 192, 2, 4)
+    B, T, HK, HV = (4, 4096, 16, 32) if scale == "full" else (1, 128, 2, 4)
     K = V = 128
     bf = torch.bfloat16
     q = torch.randn(B, T, HK, K, device=device).to(bf)

@@ -26,16 +26,20 @@ import torch.nn.functional as F
 CHUNK = 64
 
 
+
+def _tr(x):
+    """Swap the token and head dims."""
+    return x.transpose(1, 2)
+
 def _l2norm(x, eps=1e-6):
     return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
 
 
 def _prep(q, k, v, g, beta, initial_state):
     ct = torch.promote_types(v.dtype, torch.float32)
-    tr = lambda x: x.transpose(1, 2)
     q = _l2norm(q.to(ct)) * (q.shape[-1] ** -0.5)
     k = _l2norm(k.to(ct))
-    return tr(q), tr(k), tr(v.to(ct)), tr(g.to(ct)), tr(beta.to(ct)), initial_state.to(ct)
+    return _tr(q), _tr(k), _tr(v.to(ct)), _tr(g.to(ct)), _tr(beta.to(ct)), initial_state.to(ct)
 
 
 def _chunk_kda(q, k, v, g, beta, S, chunk=CHUNK):
@@ -55,11 +59,12 @@ def _chunk_kda(q, k, v, g, beta, S, chunk=CHUNK):
     outs = []
     for n in range(N):
         qn, kn, vn, bn, gn = q[:, :, n], k[:, :, n], v[:, :, n], beta[:, :, n], gc[:, :, n]
-        diff = gn[:, :, :, None, :] - gn[:, :, None, :, :]                    # [B, H, C, C, K]
-        decay = diff.masked_fill(~incl[:, :, None], float("-inf")).exp()
-        kdk = decay * kn[:, :, None, :, :]                                     # exp(G_i - G_j) k_j
-        A = (bn[..., None] * (kn[:, :, :, None, :] * kdk).sum(-1)).masked_fill(~incl.tril(-1), 0)
-        QK = (qn[:, :, :, None, :] * kdk).sum(-1)
+        # kdk[i, j, :] = exp(G_i - G_j) * k_j for j <= i, else 0 (one [B, H, C, C, K] buffer, updated in place)
+        kdk = gn[:, :, :, None, :] - gn[:, :, None, :, :]
+        kdk.masked_fill_(~incl[:, :, None], float("-inf")).exp_().mul_(kn[:, :, None, :, :])
+        A = (kdk @ kn[..., None])[..., 0] * bn[..., None]                    # sum_d k_id exp(G_id - G_jd) k_jd
+        A = A.masked_fill(~incl.tril(-1), 0)
+        QK = (kdk @ qn[..., None])[..., 0]
         Tinv = torch.linalg.solve_triangular(A + eye, eye.expand_as(A), upper=False)
         u = Tinv @ (vn * bn[..., None]) - (Tinv @ (kn * bn[..., None] * gn.exp())) @ S
         outs.append((qn * gn.exp()) @ S + QK @ u)

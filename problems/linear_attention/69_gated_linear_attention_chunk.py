@@ -21,10 +21,14 @@ import torch.nn.functional as F
 CHUNK = 64
 
 
+
+def _tr(x):
+    """Swap the token and head dims."""
+    return x.transpose(1, 2)
+
 def _prep(q, k, v, gk):
     ct = torch.promote_types(v.dtype, torch.float32)
-    tr = lambda x: x.transpose(1, 2)
-    return tr(q.to(ct) * (q.shape[-1] ** -0.5)), tr(k.to(ct)), tr(v.to(ct)), tr(gk.to(ct))
+    return _tr(q.to(ct) * (q.shape[-1] ** -0.5)), _tr(k.to(ct)), _tr(v.to(ct)), _tr(gk.to(ct))
 
 
 def _chunk_gla(q, k, v, gk, chunk=CHUNK):
@@ -42,9 +46,10 @@ def _chunk_gla(q, k, v, gk, chunk=CHUNK):
     outs = []
     for n in range(N):
         qn, kn, vn, gn = q[:, :, n], k[:, :, n], v[:, :, n], gc[:, :, n]
-        diff = gn[:, :, :, None, :] - gn[:, :, None, :, :]                    # [B, H, C, C, K]
-        decay = diff.masked_fill(~incl[:, :, None], float("-inf")).exp()
-        P = (qn[:, :, :, None, :] * kn[:, :, None, :, :] * decay).sum(-1)     # [B, H, C, C]
+        # kdk[i, j, :] = exp(G_i - G_j) * k_j for j <= i, else 0 (one [B, H, C, C, K] buffer, updated in place)
+        kdk = gn[:, :, :, None, :] - gn[:, :, None, :, :]
+        kdk.masked_fill_(~incl[:, :, None], float("-inf")).exp_().mul_(kn[:, :, None, :, :])
+        P = (kdk @ qn[..., None])[..., 0]                                     # [B, H, C, C]
         outs.append((qn * gn.exp()) @ S + P @ vn)
         glast = gn[:, :, -1]
         S = S * glast.exp()[..., None] + (kn * (glast[:, :, None] - gn).exp()).transpose(-1, -2) @ vn

@@ -1,10 +1,12 @@
-"""Gated DeltaNet prefill over ragged (cu_seqlens-packed) requests, reading and writing per-request states in a state pool.
+"""Gated DeltaNet prefill over ragged (cu_seqlens-packed) requests, reading/writing per-request states in a pool.
 
 Provenance: Qwen3-Next-80B-A3B gated DeltaNet layers (config.json: linear_num_key_heads 16, linear_num_value_heads
 32, linear_key_head_dim 128, linear_value_head_dim 128), as served by vLLM: the chunked-prefill batch packs all
 prefill tokens into one [T_total, heads, dim] tensor with cu_seqlens; each request owns a slot of the recurrent
 state pool; requests continuing an earlier chunk start from their slot's state, new ones start from zero, and
-every request's final state is written back to its slot. q and k are L2-normalised (eps 1e-6) and repeated to
+every request's final state is written back to its slot. The pool is bf16 (vLLM's default
+--mamba-ssm-cache-dtype auto = model dtype): states are read as bf16, computed in fp32, and rounded to bf16 on
+the store (that rounding is part of the semantics). q and k are L2-normalised (eps 1e-6) and repeated to
 the value heads (value head h uses key head h // 2); q is scaled by 128**-0.5; g = -exp(A_log)*softplus(a+dt_bias)
 (fp32) and beta = sigmoid(b) (bf16) are given.
 Semantics per request and value head (S [K=128, V=128]):
@@ -18,7 +20,7 @@ lengths; a pool of 64 state slots.
 Full scale: T_total 16384, 8 requests, pool 64 slots; small: T_total 256, 3 requests, 2 key / 4 value heads, 6 slots.
 Facts a kernel may rely on: K = V = 128; 2 value heads per key head; T_total is fixed (16384 full, 256 small);
 request lengths are random (>= 1, any alignment), cu_seqlens int32 starts at 0 and ends at T_total; state_indices
-int32 are distinct; has_initial_state is bool; g < 0; beta in (0, 1); the pool is fp32 [slots, 32, 128, 128]
+int32 are distinct; has_initial_state is bool; g < 0; beta in (0, 1); the pool is bf16 [slots, 32, 128, 128]
 (layout [slot, head, K, V]); slots not referenced stay unchanged.
 """
 import math
@@ -30,6 +32,11 @@ CHUNK = 64
 MUTATES = ("state_pool",)
 
 
+
+def _tr(x):
+    """Swap the token and head dims."""
+    return x.transpose(0, 1)
+
 def _l2norm(x, eps=1e-6):
     return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
 
@@ -40,8 +47,7 @@ def _prep(q, k, v, g, beta):
     hv, hk = v.shape[1], k.shape[1]
     q = _l2norm(q.to(ct)).repeat_interleave(hv // hk, dim=1) * (q.shape[-1] ** -0.5)
     k = _l2norm(k.to(ct)).repeat_interleave(hv // hk, dim=1)
-    tr = lambda x: x.transpose(0, 1)
-    return tr(q), tr(k), tr(v.to(ct)), tr(g.to(ct)), tr(beta.to(ct))
+    return _tr(q), _tr(k), _tr(v.to(ct)), _tr(g.to(ct)), _tr(beta.to(ct))
 
 
 def _chunk_gated_delta(q, k, v, g, beta, S, chunk=CHUNK):
@@ -127,7 +133,7 @@ def make_inputs(device="cuda", scale="full"):
     dt_bias = dt + torch.log(-torch.expm1(-dt))  # inverse softplus
     g = -A_log.exp() * F.softplus(torch.randn(T, HV, device=device) * 0.5 + dt_bias)
     beta = torch.sigmoid(torch.randn(T, HV, device=device)).to(bf)
-    state_pool = torch.randn(slots, HV, K, V, device=device) * 0.1
+    state_pool = (torch.randn(slots, HV, K, V, device=device) * 0.1).to(bf)
     state_indices = torch.randperm(slots, device=device)[:N].to(torch.int32)
     has_initial_state = torch.rand(N, device=device) < 0.5
     return [q, k, v, g, beta, cu_seqlens, state_pool, state_indices, has_initial_state]
@@ -141,6 +147,7 @@ def roofline(q, k, v, g, beta, cu_seqlens, state_pool, state_indices, has_initia
     per_token = C * (6 * K + 4 * V) + 6 * K * V + C * C // 3  # chunked form, amortised per token
     flops = T * HV * per_token
     state_bytes = N * HV * K * V * state_pool.element_size()
-    in_bytes = sum(x.numel() * x.element_size() for x in (q, k, v, g, beta, cu_seqlens, state_indices, has_initial_state))
+    small = (q, k, v, g, beta, cu_seqlens, state_indices, has_initial_state)
+    in_bytes = sum(x.numel() * x.element_size() for x in small)
     out_bytes = T * HV * V * v.element_size()
     return {"flops": int(flops), "bytes": int(in_bytes + out_bytes + 2 * state_bytes)}

@@ -1,5 +1,6 @@
-"""One-token gated DeltaNet decode step with fused gating: gate/beta from raw projections, state read from and written
-back to a slot of the recurrent-state pool, output for every request.
+"""One-token gated DeltaNet decode step with fused gating over a pool of recurrent states.
+
+Gate and beta come from the raw projections; each request's state is read from and written back to its pool slot.
 
 Provenance: Qwen3-Next-80B-A3B gated DeltaNet layers (config.json: linear_num_key_heads 16, linear_num_value_heads
 32, linear_key_head_dim 128, linear_value_head_dim 128) in vLLM's decode path (fused sigmoid-gating delta-rule

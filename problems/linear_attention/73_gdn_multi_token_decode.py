@@ -1,5 +1,6 @@
-"""Gated DeltaNet decode over 4 speculative tokens per request (MTP verification), storing the state after every token
-in its own pool slot so that rejected tokens can be rolled back.
+"""Gated DeltaNet decode over 4 speculative tokens per request, storing the state after every token in the pool.
+
+MTP verification: each token's state goes to its own slot so that rejected tokens can be rolled back.
 
 Provenance: Qwen3-Next-80B-A3B gated DeltaNet layers (config.json: linear_num_key_heads 16, linear_num_value_heads
 32, linear_key_head_dim 128, linear_value_head_dim 128) under vLLM speculative decoding with the MTP head
@@ -26,6 +27,11 @@ import torch.nn.functional as F
 
 MUTATES = ("state_pool",)
 
+
+
+def _tr(x):
+    """Swap the token and head dims."""
+    return x.transpose(1, 2)
 
 def _l2norm(x, eps=1e-6):
     return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
@@ -61,8 +67,7 @@ def reference(q, k, v, g, beta, state_pool, state_indices, num_accepted_tokens):
 def alt_reference(q, k, v, g, beta, state_pool, state_indices, num_accepted_tokens):
     q, k, vc, g, beta = _prep(q, k, v, g, beta)
     S0 = _initial(state_pool, state_indices, num_accepted_tokens, q.dtype)
-    tr = lambda x: x.transpose(1, 2)                                          # heads before tokens
-    q, k, vc, g, beta = tr(q), tr(k), tr(vc), tr(g), tr(beta)
+    q, k, vc, g, beta = _tr(q), _tr(k), _tr(vc), _tr(g), _tr(beta)
     L = q.shape[2]
     gc = g.cumsum(-1)                                                         # [B, H, L]
     incl = torch.ones(L, L, dtype=torch.bool, device=q.device).tril()

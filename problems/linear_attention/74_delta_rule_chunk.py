@@ -20,6 +20,11 @@ import torch.nn.functional as F
 CHUNK = 64
 
 
+
+def _tr(x):
+    """Swap the token and head dims."""
+    return x.transpose(1, 2)
+
 def _featmap(x, eps=1e-6):
     x = F.silu(x)
     return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
@@ -27,10 +32,9 @@ def _featmap(x, eps=1e-6):
 
 def _prep(q, k, v, beta):
     ct = torch.promote_types(v.dtype, torch.float32)
-    tr = lambda x: x.transpose(1, 2)
     q = _featmap(q.to(ct)) * (q.shape[-1] ** -0.5)
     k = _featmap(k.to(ct))
-    return tr(q), tr(k), tr(v.to(ct)), tr(beta.to(ct))
+    return _tr(q), _tr(k), _tr(v.to(ct)), _tr(beta.to(ct))
 
 
 def _chunk_delta(q, k, v, beta, chunk=CHUNK):

@@ -24,11 +24,12 @@ Outputs
 Full scale: T = 32768. Small scale: T = 256 (same 256 experts, 8 groups).
 Inputs are drawn so that every selection decision has a clear margin: per token the biased scores take distinct
 values on a 2^-10 grid plus a per-group offset (group g adds g * 2^-14), and the logits are the exact inverse
-sigmoid of (choice - bias) rounded to fp32. So expert choice values differ by >= 2^-14 and group scores by
->= 2^-13 - far above fp32 rounding (~1e-7) - and any correct fp32 kernel selects exactly the reference's experts.
+sigmoid of (choice - bias) rounded to fp32. So the choice values of two experts differ by >= 9 * 2^-14 (5.5e-4)
+and two group scores by >= 2^-13 (1.2e-4) - far above fp32 rounding (~1e-7) - and any correct fp32 kernel
+selects exactly the reference's experts.
 The choice values lie in [0.2, 0.8], the bias in [-0.15, 0.15] (so sigmoid scores lie in [0.05, 0.95]).
 Facts a kernel may rely on: 256 experts in 8 groups of 32 consecutive ids; top-4 groups; top-8 experts;
-routed_scaling_factor 2.5; T is a multiple of 256.
+routed_scaling_factor 2.5.
 """
 import torch
 
