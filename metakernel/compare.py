@@ -284,8 +284,9 @@ def ulp(v: torch.Tensor, fmt: str) -> torch.Tensor:
     if fmt == "e2m1":
         return torch.where(a < 2, 0.5, torch.where(a < 4, 1.0, 2.0)).double()
     mant, min_exp = {"float8_e4m3fn": (3, -6), "float8_e5m2": (2, -14)}[fmt]
-    exp = torch.floor(torch.log2(a.clamp_min(2.0 ** min_exp))).clamp_min(min_exp)
-    return torch.pow(2.0, exp - mant)
+    # frexp gives the exact binade; floor(log2(8.0)) is 2 on CUDA (log2 returns 2.9999999999999996 there).
+    _, exponent = torch.frexp(a.double().clamp_min(2.0 ** min_exp))
+    return torch.pow(2.0, (exponent - 1).clamp_min(min_exp).double() - mant)
 
 
 def expand_scale(scale: torch.Tensor, block: tuple[int, ...], shape: torch.Size) -> torch.Tensor:
