@@ -113,11 +113,13 @@ def problems_show(number: int, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the per-problem reports as JSON.")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the JSON report here (rewritten after every problem).")
+@click.option("--gold", is_flag=True,
+              help="Grade the solutions/ tree instead: gold must pass, wrong must fail as their docstring says.")
 @click.option("--resume", is_flag=True, help="Keep --report's entries whose problem file is unchanged.")
 @click.option("--time-budget", type=float, default=None,
               help="Stop starting new problems after this many seconds (exit 3: resume later).")
 def problems_validate(selection: tuple[str, ...], device: str, scale: str | None, as_json: bool,
-                      report_path: Path | None, resume: bool, time_budget: float | None) -> None:
+                      report_path: Path | None, gold: bool, resume: bool, time_budget: float | None) -> None:
     """Prove problems sane (contract, seeds, determinism, precision, rejections, alt_reference, size, time).
 
     Checks: the file contract; fresh seeds; determinism; precision vs the float64 anchor; the rule rejects
@@ -134,9 +136,61 @@ def problems_validate(selection: tuple[str, ...], device: str, scale: str | None
 
     if resume and report_path is None:
         raise UserError("--resume needs --report FILE")
+    if gold:
+        from metakernel.validate_run import run_gold_validation
+
+        sys.exit(run_gold_validation(",".join(selection), device=device, as_json=as_json, report_path=report_path,
+                                     resume=resume, time_budget=time_budget))
     code = run_validation(",".join(selection), device=device, scale=scale, as_json=as_json,
                           report_path=report_path, resume=resume, time_budget=time_budget)
     sys.exit(code)
+
+
+@cli.command("eval", context_settings=CONTEXT)
+@click.argument("number", type=int)
+@click.argument("kernel", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--dsl", type=click.Choice(["cute", "tirx"]), required=True, help="The variant graded.")
+@click.option("--device", type=click.Choice(["cuda", "cpu"]), default="cuda", show_default=True,
+              help="cpu grades at small scale (only DSL kernels that run on the CPU, e.g. TIRx llvm).")
+@click.option("--dry-run", is_flag=True, help="Only the free CPU check: rules, import, compile, structure.")
+@click.option("--draws", type=int, default=5, show_default=True, help="Correctness draws (at least 5).")
+@click.option("--flush-l2", is_flag=True, help="Flush the L2 cache before every timed call.")
+@click.option("--no-baselines", is_flag=True, help="Skip the eager baseline (no speedup).")
+@click.option("--compile-baseline", is_flag=True, help="Also time torch.compile of the reference.")
+@click.option("--json", "as_json", is_flag=True, help="Print the full versioned report as JSON.")
+def eval_cmd(number: int, kernel: Path, dsl: str, device: str, dry_run: bool, draws: int, flush_l2: bool,
+             no_baselines: bool, compile_baseline: bool, as_json: bool) -> None:
+    """Grade one kernel file for problem NUMBER's DSL variant and print the report.
+
+    \b
+    Examples:
+      metakernel eval 28 --dsl tirx solutions/mlp_norm/28_fused_add_rmsnorm_h4096/correct/tirx.py
+      metakernel eval 28 --dsl cute kernel.py --dry-run
+    """
+    from metakernel.catalog import load_catalog
+    from metakernel.grader.evaluate import GradeOptions, grade
+    from metakernel.grader.evaluate import dry_run as run_dry
+
+    if draws < 5:
+        raise UserError("--draws must be at least 5 (the protocol's minimum)")
+    if not kernel.is_file():
+        raise UserError("no such file", str(kernel))
+    problem = load_catalog().problem(number)
+    if dry_run:
+        report = run_dry(problem, dsl, kernel)
+    else:
+        import torch
+
+        if device == "cuda" and not torch.cuda.is_available():
+            raise UserError("--device cuda but torch sees no CUDA device (use --dry-run on a CPU machine)")
+        options = GradeOptions(draws=draws, flush_l2=flush_l2, baselines=not no_baselines,
+                               compile_baseline=compile_baseline)
+        report = grade(problem, dsl, kernel, device=device, options=options)
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=1, default=str))
+    else:
+        click.echo(report.agent_text())
+    sys.exit(0 if report.passed else 1)
 
 
 @cli.command("run", context_settings=CONTEXT)

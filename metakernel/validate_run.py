@@ -154,3 +154,96 @@ def _print_table(rows: list[dict[str, Any]], device: str, scale: str, catalog_is
     console.print(table)
     for issue in catalog_issues:
         console.print(f"[red]catalog:[/red] {issue}")
+
+
+GOLD_SCHEMA = "metakernel.validation.gold/1"
+
+
+def run_gold_validation(selection: str, *, device: str, as_json: bool, report_path: Path | None,
+                        resume: bool = False, time_budget: float | None = None) -> int:
+    """Grade every gold and wrong solution (GPU), or dry-run them (CPU); 0 when every expectation holds."""
+    import torch
+
+    from metakernel import gold
+    from metakernel.grader.evaluate import GradeOptions, dry_run, grade
+
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda but torch sees no CUDA device")
+    catalog = load_catalog()
+    wanted = set(catalog.select(selection))
+    solutions = [s for s in gold.discover() if s.number in wanted]
+    if not solutions:
+        raise UserError("no solutions found for that selection under solutions/")
+    data: dict[str, Any] = {}
+    if report_path and resume and report_path.is_file():
+        data = json.loads(report_path.read_text(encoding="utf-8"))
+        if data.get("schema") != GOLD_SCHEMA or data.get("device") != device:
+            raise UserError(f"not a {GOLD_SCHEMA} report for {device}", str(report_path))
+    if not data:
+        data = {"schema": GOLD_SCHEMA, "provenance": provenance(), "device": device, "solutions": {}}
+    data.setdefault("runs", []).append(provenance())
+    started = time.monotonic()
+    left = 0
+    for sol in solutions:
+        previous = data["solutions"].get(sol.key)
+        problem = catalog.problem(sol.number)
+        if previous and previous.get("sha256") == sol.sha256 and \
+                previous.get("problem", {}).get("content_hash") == problem.content_hash:
+            continue
+        if time_budget is not None and time.monotonic() - started > time_budget:
+            left += 1
+            continue
+        click.echo(f"grading {sol.key} ({sol.kind}, expect {sol.expected_status}/{sol.expected_reason})", err=True)
+        if device == "cuda":
+            report = grade(problem, sol.dsl, sol.path, device="cuda", options=GradeOptions())
+            record = gold.entry(sol, report)
+        else:
+            report = dry_run(problem, sol.dsl, sol.path)
+            record = gold.entry(sol, report)
+            if sol.kind == "wrong" and sol.expected_reason != "static":
+                # The dry run cannot see wrong values, hangs or token kernels: only the GPU grades those.
+                record["ok"] = report.status in ("passed", sol.expected_status)
+                record["note"] = "needs the GPU to show its expected reason"
+        data["solutions"][sol.key] = record
+        if report_path:
+            _summarise_gold(data)
+            _write_report(report_path, data)
+    _summarise_gold(data)
+    if report_path:
+        _write_report(report_path, data)
+    rows = [data["solutions"][s.key] for s in solutions if s.key in data["solutions"]]
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+    else:
+        _print_gold(rows, device)
+    if left:
+        click.echo(f"metakernel: {left} solution(s) left for the next run (time budget)", err=True)
+        return 3
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
+def _summarise_gold(data: dict[str, Any]) -> None:
+    rows = list(data["solutions"].values())
+    data["summary"] = {
+        "gold": sum(1 for r in rows if r["kind"] == "gold"),
+        "gold_passed": sum(1 for r in rows if r["kind"] == "gold" and r["status"] == "passed"),
+        "wrong": sum(1 for r in rows if r["kind"] == "wrong"),
+        "wrong_rejected_as_expected": sum(1 for r in rows if r["kind"] == "wrong" and r["expected_matched"]),
+        "not_ok": sorted(k for k, r in data["solutions"].items() if not r["ok"]),
+    }
+
+
+def _print_gold(rows: list[dict[str, Any]], device: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"solutions on {device}: {sum(r['ok'] for r in rows)}/{len(rows)} as expected")
+    for col in ("solution", "kind", "status/reason", "expected", "kernel", "eager", "speedup", "DSL share"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        fmt = lambda v, f: "" if v is None else f.format(v)  # noqa: E731
+        table.add_row(r["path"].split("solutions/")[-1], r["kind"], f"{r['status']}/{r['reason']}".rstrip("/"),
+                      ("[green]" if r["ok"] else "[red]") + r["expected"] + ("[/green]" if r["ok"] else "[/red]"),
+                      fmt(r["kernel_median_us"], "{:.1f} us"), fmt(r["eager_median_us"], "{:.1f} us"),
+                      fmt(r["speedup"], "{:.2f}x"), fmt(r["dsl_share"], "{:.0%}"))
+    Console(width=max(140, Console().width)).print(table)

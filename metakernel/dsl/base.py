@@ -8,7 +8,7 @@ the prompt guide. A third DSL is one new module implementing `DslAdapter`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass
@@ -26,10 +26,18 @@ class LaunchGate:
     launches: int = 0
     suppressed: int = 0
     kernel_names: set[str] = field(default_factory=set)
+    audit: bool = False
+    audited: list[Any] = field(default_factory=list)
 
-    def should_launch(self) -> bool:
-        """Record one launch; True when the hook must really launch it."""
+    def should_launch(self, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> bool:
+        """Record one launch; True when the hook must really launch it.
+
+        Adapters pass the launch's arguments: in an audit call the torch tensors among them are copied BEFORE the
+        kernel runs, so the grader can tell a token kernel (one handed the finished answer) from real work.
+        """
         self.launches += 1
+        if self.audit:
+            self.audited.append(_tensor_snapshot(args, kwargs or {}))
         if self.mode == "run":
             return True
         self.suppressed += 1
@@ -39,6 +47,24 @@ class LaunchGate:
         """Forget counts (kernel names are kept: they describe compiled kernels, not calls)."""
         self.launches = 0
         self.suppressed = 0
+        self.audited = []
+
+
+def _tensor_snapshot(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+    """Copies of the torch tensors among a launch's arguments (DLPack-capable objects converted first)."""
+    import torch
+
+    out = []
+    for value in (*args, *kwargs.values()):
+        tensor = value if isinstance(value, torch.Tensor) else None
+        if tensor is None and hasattr(value, "__dlpack__") and not isinstance(value, type):
+            try:
+                tensor = torch.from_dlpack(value)
+            except Exception:  # noqa: BLE001 - not every DLPack object is convertible; skip it
+                tensor = None
+        if tensor is not None:
+            out.append(tensor.detach().clone())
+    return out
 
 
 @runtime_checkable

@@ -1,0 +1,1 @@
+"""The grader (DESIGN.md section 4): static rules, isolated evaluation, correctness, enforcement, timing."""

@@ -1,0 +1,72 @@
+"""Baselines: the problem's eager `reference` (primary) and torch.compile of it (secondary).
+
+Each is timed by the candidate's procedure in a clean child process and cached on disk per (problem content hash,
+GPU, torch version, scale, L2 flush), so a baseline is measured once per machine, not once per submission.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from metakernel.grader.report import Timing
+from metakernel.grader.timing import measure
+from metakernel.grader.worker import Worker, WorkerFailure
+from metakernel.problem import Problem
+
+
+def cache_dir() -> Path:
+    """`METAKERNEL_CACHE_DIR` or ~/.cache/metakernel."""
+    return Path(os.environ.get("METAKERNEL_CACHE_DIR") or Path.home() / ".cache" / "metakernel")
+
+
+def _key(problem: Problem, device: str, scale: str, kind: str, flush: bool) -> str:
+    gpu = torch.cuda.get_device_name(0) if device == "cuda" and torch.cuda.is_available() else "cpu"
+    raw = json.dumps([problem.content_hash, problem.version, gpu, torch.__version__, device, scale, kind, flush])
+    return hashlib.sha256(raw.encode()).hexdigest()[:24]
+
+
+def eager_timing(problem: Problem, device: str, scale: str, *, kind: str, options: Any,
+                 use_cache: bool = True) -> Timing | None:
+    """Median time of the reference (kind "eager") or its torch.compile form (kind "compile")."""
+    key = _key(problem, device, scale, kind, options.flush_l2)
+    path = cache_dir() / "baselines" / f"{problem.nn}-{kind}-{key}.json"
+    if use_cache and path.is_file():
+        return Timing(**json.loads(path.read_text())["timing"])
+    worker = Worker(kind=kind, path=problem.path, device=device, start_timeout=options.start_timeout_s)
+    try:
+        worker.start()
+
+        def call(i: int) -> dict[str, Any]:
+            torch.manual_seed(secrets.randbits(62))
+            inputs = problem.make_inputs(device=device, scale=scale)
+            sent = [x.clone() if n in problem.mutates else x for n, x in zip(problem.input_names, inputs, strict=True)]
+            if device == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            reply = worker.request({"op": "time", "inputs": sent, "return_outputs": False,
+                                    "flush_l2": options.flush_l2}, timeout=options.call_timeout_s)
+            if not reply.get("ok"):
+                raise WorkerFailure(reply.get("status", "runtime_error"), reply.get("error", ""))
+            reply["wall_s"] = time.perf_counter() - t0
+            return reply
+
+        timing, _ = measure(call, warmup=options.warmup, min_timed=options.min_timed, max_timed=options.max_timed,
+                            rse_target=options.rse_target, cap_s=options.timing_cap_s, flush=options.flush_l2)
+    except WorkerFailure:
+        return None
+    finally:
+        worker.close()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"problem": problem.identity, "kind": kind, "timing": asdict(timing)}))
+    os.replace(tmp, path)
+    return timing

@@ -1,0 +1,265 @@
+"""The candidate's process: imports the DSL and the kernel file, then runs `solve` on request.
+
+Started by `metakernel.grader.worker.Worker` as a fresh interpreter (never forked from a process with CUDA state)
+with a scrubbed environment. It never sees seeds, the reference or expected outputs: the parent sends inputs and
+receives outputs over a Unix socket; torch's multiprocessing reductions move tensors by CUDA IPC (GPU) or shared
+memory (CPU), so mutated inputs are visible to the parent in place. Timers and sync functions are captured before
+the candidate is imported, so a candidate that patches `torch.cuda.Event.elapsed_time` does not fool us.
+
+Run as `python -m metakernel.grader.child` with a JSON config on stdin.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+import time
+import traceback
+from typing import Any
+
+_perf = time.perf_counter  # captured before any candidate code exists
+
+
+def _limit_resources() -> dict[str, Any]:
+    applied: dict[str, Any] = {}
+    try:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        applied["core"] = 0
+    except (ImportError, ValueError, OSError):
+        pass
+    unshare = getattr(os, "unshare", None)
+    if unshare is not None and hasattr(os, "CLONE_NEWNET"):
+        try:
+            unshare(os.CLONE_NEWNET)  # no network: a fresh, empty network namespace
+            applied["network"] = "isolated"
+        except OSError as exc:
+            applied["network"] = f"not isolated ({exc.strerror})"
+    else:
+        applied["network"] = "not isolated (no os.unshare)"
+    return applied
+
+
+class Child:
+    """The request loop."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+        self.device = config["device"]
+        self.keep: Any = None  # last outputs, kept alive until the parent has copied them (CUDA IPC)
+        self.adapter: Any = None
+        self.gate: Any = None
+        self.solve: Any = None
+
+    # -------------------------------------------------------------------------------------------- set-up
+    def setup(self) -> dict[str, Any]:
+        """Import torch, then the DSL with its launch hooks, then the kernel file (or the reference)."""
+        import torch
+        import torch.multiprocessing as tmp
+
+        tmp.set_sharing_strategy("file_system")
+        self.torch = torch
+        if self.device == "cuda":
+            torch.cuda.init()
+            self._sync = torch.cuda.synchronize
+            self._event = torch.cuda.Event
+            self._record = torch.cuda.Event.record
+            self._elapsed = torch.cuda.Event.elapsed_time
+        kind = self.config["kind"]
+        if kind == "candidate":
+            from metakernel.dsl import LaunchGate, get_adapter
+
+            self.adapter = get_adapter(self.config["dsl"])
+            self.gate = LaunchGate(mode="intercept" if self.config.get("dry_run") else "run")
+            started = _perf()
+            self.adapter.import_dsl()
+            self.adapter.install_hooks(self.gate)
+            dsl_import_s = _perf() - started
+            started = _perf()
+            module = _import_file(self.config["path"], "candidate_kernel")
+            solve = getattr(module, "solve", None)
+            if not callable(solve):
+                raise _Fail("compile_error", "kernel.py defines no callable solve(*inputs)")
+            self.solve = solve
+            return {"dsl_import_s": dsl_import_s, "import_s": _perf() - started}
+        module = _import_file(self.config["path"], "baseline_problem")
+        self.solve = module.reference
+        if kind == "compile":
+            self.solve = torch.compile(module.reference)
+        return {}
+
+    # -------------------------------------------------------------------------------------------- requests
+    def poison(self, nbytes: int, pattern: int) -> None:
+        """Fill memory the caching allocator will hand out next, so a never-written output holds garbage."""
+        if nbytes <= 0:
+            return
+        torch = self.torch
+        block = torch.empty(int(nbytes), dtype=torch.uint8, device=self.device)
+        block.fill_(pattern)
+        del block
+
+    def call(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """One bracketed call of solve: sync, start event, solve, full sync, end event."""
+        torch = self.torch
+        self.keep = None
+        if self.gate is not None:
+            self.gate.mode = msg.get("mode", self.gate.mode if self.config.get("dry_run") else "run")
+            self.gate.reset()
+            self.gate.audit = bool(msg.get("audit"))
+        self.poison(msg.get("poison", 0), msg.get("pattern", 0xFF))
+        timed = msg["op"] == "time"
+        if timed and msg.get("flush_l2") and self.device == "cuda":
+            scratch = torch.empty(256 * 1024 * 1024, dtype=torch.uint8, device="cuda")
+            scratch.fill_(1)
+            del scratch
+        inputs = msg["inputs"]
+        if self.device == "cuda":
+            self._sync()
+            start, end = self._event(enable_timing=True), self._event(enable_timing=True)
+            self._record(start)
+            host0 = _perf()
+            with torch.no_grad():
+                out = self.solve(*inputs)
+            self._sync()
+            host1 = _perf()
+            self._record(end)
+            end.synchronize()
+            event_s = self._elapsed(start, end) / 1e3
+        else:
+            host0 = _perf()
+            with torch.no_grad():
+                out = self.solve(*inputs)
+            host1 = _perf()
+            event_s = host1 - host0
+        reply = {"ok": True, "event_s": event_s, "host_s": host1 - host0,
+                 "launches": self.gate.launches if self.gate else None}
+        if self.gate is not None and self.gate.audit:
+            reply["audited"] = self.gate.audited
+            self.gate.audit = False
+        self.keep = (out, reply.get("audited"))
+        if msg.get("return_outputs", True):
+            reply["out"] = out
+        return reply
+
+    def profile(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Kernel names and device times of a few calls, for DSL time share and GPU-only time."""
+        torch = self.torch
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device == "cuda" else [])
+        repeats = int(msg.get("repeats", 3))
+        inputs = msg["inputs"]
+        if self.gate is not None:
+            self.gate.mode = "run"
+            self.gate.reset()
+        with profile(activities=activities) as prof, torch.no_grad():
+            for _ in range(repeats):
+                self.keep = self.solve(*inputs)
+            if self.device == "cuda":
+                self._sync()
+        kernels: list[tuple[str, float]] = []
+        for evt in prof.events():
+            device_type = getattr(evt, "device_type", None)
+            device_us: Any = getattr(evt, "device_time", None) or 0.0
+            if device_type is not None and str(device_type).endswith("CUDA") and device_us:
+                kernels.append((evt.name, float(device_us) / repeats))
+        return {"ok": True, "kernels": kernels, "repeats": repeats,
+                "kernel_names": sorted(self.gate.kernel_names) if self.gate else [],
+                "launches": self.gate.launches / repeats if self.gate else None}
+
+    def handle(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Dispatch one request."""
+        op = msg["op"]
+        if op in ("call", "time"):
+            return self.call(msg)
+        if op == "profile":
+            return self.profile(msg)
+        raise _Fail("infra_error", f"unknown request {op!r}")
+
+
+class _Fail(Exception):
+    def __init__(self, status: str, text: str) -> None:
+        super().__init__(text)
+        self.status = status
+        self.text = text
+
+
+def _import_file(path: str, name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise _Fail("compile_error", f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+_HARNESS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _candidate_traceback(exc: BaseException) -> str:
+    """The traceback without the harness's own frames (and importlib's): what the agent can act on."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not f.filename.startswith(_HARNESS) and "importlib._bootstrap" not in f.filename]
+    return ("Traceback (most recent call last):\n" + "".join(traceback.format_list(frames))
+            + "".join(traceback.format_exception_only(type(exc), exc)))
+
+
+def _failure(child: Child, exc: BaseException, status: str) -> dict[str, Any]:
+    text = _candidate_traceback(exc)
+    if child.adapter is not None:
+        try:
+            text = child.adapter.clean_error(text)
+        except Exception:  # noqa: BLE001 - cleaning must never hide the error itself
+            pass
+    fatal = "illegal memory access" in text or "CUDA error" in text or "unspecified launch failure" in text
+    return {"ok": False, "status": status, "error": text, "fatal": fatal}
+
+
+def main() -> None:
+    """Read the config, connect back to the parent, set up, and serve requests until told to exit."""
+    config = json.loads(sys.stdin.readline())
+    from multiprocessing.connection import Client
+
+    conn = Client(config["address"], family="AF_UNIX", authkey=bytes.fromhex(config["authkey"]))
+    applied = _limit_resources()
+    child = Child(config)
+    try:
+        info = child.setup()
+        conn.send({"ok": True, "ready": True, "limits": applied, **info})
+    except _Fail as exc:
+        conn.send({"ok": False, "status": exc.status, "error": exc.text})
+        return
+    except BaseException as exc:  # noqa: BLE001 - an import-time failure of the candidate is its compile error
+        conn.send(_failure(child, exc, "compile_error"))
+        return
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        if msg.get("op") == "exit":
+            conn.send({"ok": True})
+            return
+        try:
+            reply = child.handle(msg)
+        except _Fail as exc:
+            reply = {"ok": False, "status": exc.status, "error": exc.text}
+        except BaseException as exc:  # noqa: BLE001 - candidate failures are reported, never fatal to the loop
+            classify = getattr(child.adapter, "is_compile_error", None)
+            reply = _failure(child, exc, "compile_error" if classify and classify(exc) else "runtime_error")
+        try:
+            conn.send(reply)
+        except Exception as exc:  # noqa: BLE001 - e.g. an output that cannot be shared (not a tensor)
+            child.keep = None
+            conn.send({"ok": False, "status": "runtime_error",
+                       "error": f"solve returned something the harness cannot transfer: {type(exc).__name__}: {exc}"})
+        if not reply.get("ok") and reply.get("fatal"):
+            return
+
+
+if __name__ == "__main__":
+    main()

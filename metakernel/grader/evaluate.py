@@ -1,0 +1,408 @@
+"""Grading one kernel file for one variant (DESIGN.md section 4), and the dry-run check.
+
+The parent draws inputs and computes the reference and the float64 anchor; the candidate runs in a `Worker`
+child. Order: static rules → start child (imports DSL + kernel) → ≥ 5 correctness draws (poisoned allocator,
+mutated-input and unchanged-input checks, DSL launch count) → ablation (DSL launches suppressed must break the
+outputs) → timing over fresh draws with re-checks → profiler attribution → baselines → speedup and flags.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import secrets
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from metakernel.compare import Expected, compare, compare_one
+from metakernel.expected import compute_expected
+from metakernel.grader.baseline import eager_timing
+from metakernel.grader.report import GradeReport
+from metakernel.grader.static import check_source
+from metakernel.grader.timing import measure
+from metakernel.grader.worker import Worker, WorkerFailure
+from metakernel.hardware import H200
+from metakernel.problem import Problem
+from metakernel.provenance import provenance
+from metakernel.structure import flatten, structure_mismatch
+
+
+@dataclass
+class GradeOptions:
+    """Knobs of one evaluation; defaults are the protocol's."""
+
+    draws: int = 5
+    warmup: int = 3
+    min_timed: int = 50
+    max_timed: int = 200
+    timing_cap_s: float = 60.0
+    rse_target: float = 0.005
+    rechecks: int = 3
+    flush_l2: bool = False
+    call_timeout_s: float = 120.0
+    start_timeout_s: float = 300.0
+    scale: str | None = None
+    baselines: bool = True
+    compile_baseline: bool = False
+    profile: bool = True
+
+
+def _draw(problem: Problem, device: str, scale: str) -> list[Any]:
+    torch.manual_seed(secrets.randbits(62))
+    return problem.make_inputs(device=device, scale=scale)
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _outputs_nbytes(expected: Expected) -> int:
+    return sum(t.numel() * t.element_size() for n, t in expected.reference.items() if n not in expected.mutated)
+
+
+def _send_inputs(problem: Problem, inputs: list[Any]) -> list[Any]:
+    """Inputs as sent to the candidate: MUTATES ones cloned so every call starts from the drawn state."""
+    return [x.clone() if n in problem.mutates and isinstance(x, torch.Tensor) else x
+            for n, x in zip(problem.input_names, inputs, strict=True)]
+
+
+def _copy(result: Any) -> Any:
+    if isinstance(result, torch.Tensor):
+        return result.clone()
+    if isinstance(result, (tuple, list)):
+        return type(result)(_copy(x) for x in result)
+    return result
+
+
+class Evaluation:
+    """One grading run; methods are the phases, each may end it by raising `_Done`."""
+
+    def __init__(self, problem: Problem, dsl: str, kernel: Path, device: str, options: GradeOptions) -> None:
+        self.problem, self.dsl, self.kernel, self.device, self.o = problem, dsl, kernel, device, options
+        self.scale = options.scale or ("full" if device == "cuda" else "small")
+        source = kernel.read_bytes() if kernel.is_file() else b""
+        self.source = source
+        self.report = GradeReport(problem=problem.identity, dsl=dsl, kernel_sha256=hashlib.sha256(source).hexdigest(),
+                                  device=device, scale=self.scale)
+        self.worker: Worker | None = None
+        self.pattern = 0xFF
+
+    def end(self, status: str, reason: str, message: str = "", **fields: Any) -> None:
+        self.report.status, self.report.reason, self.report.message = status, reason, message
+        for k, v in fields.items():
+            setattr(self.report, k, v)
+        raise _Done
+
+    # ------------------------------------------------------------------------------------------ phases
+    def static(self) -> None:
+        if not self.kernel.is_file():
+            self.end("compile_error", "no_file", f"no kernel file at {self.kernel}")
+        result = check_source(self.source, self.dsl)
+        if result.problem:
+            self.end(result.status or "compile_error", "static", result.problem)
+        if result.violations:
+            self.end("rule_violation", "static", "kernel.py breaks the submission rules:",
+                     violations=[v.text() for v in result.violations])
+
+    def start(self) -> None:
+        from metakernel.dsl import get_adapter
+
+        env = get_adapter(self.dsl).environment(dry_run=False)
+        self.worker = Worker(kind="candidate", path=self.kernel, device=self.device, dsl=self.dsl, env=env,
+                             start_timeout=self.o.start_timeout_s)
+        try:
+            ready = self.worker.start()
+        except WorkerFailure as exc:
+            self.end(exc.status, "import", f"importing kernel.py failed:\n{exc.text}")
+        self.report.limits = ready.get("limits", {})
+        self.report.phases_s["import"] = ready.get("import_s", 0.0) + ready.get("dsl_import_s", 0.0)
+
+    def call(self, inputs: list[Any], expected: Expected | None, mode: str = "run", op: str = "call",
+             want_outputs: bool = True) -> dict[str, Any]:
+        assert self.worker is not None
+        self.pattern = 0x7F if self.pattern == 0xFF else 0xFF
+        msg = {"op": op, "inputs": inputs, "mode": mode, "return_outputs": want_outputs,
+               "poison": 2 * _outputs_nbytes(expected) if expected is not None else 0, "pattern": self.pattern,
+               "flush_l2": self.o.flush_l2}
+        try:
+            reply = self.worker.request(msg, timeout=self.o.call_timeout_s)
+        except WorkerFailure as exc:
+            reason = "timeout" if exc.status == "timeout" else "crash"
+            self.end(exc.status, reason, exc.text)
+        if not reply.get("ok"):
+            error = reply.get("error", "")
+            status = reply.get("status", "runtime_error")
+            reason = ("illegal_address" if "illegal memory access" in error
+                      else "compile" if status == "compile_error" else "exception")
+            self.end(reply.get("status", "runtime_error"), reason, f"solve raised:\n{error}")
+        if want_outputs:
+            reply["out"] = _copy(reply.get("out"))
+        _sync(self.device)
+        return reply
+
+    def judge(self, inputs: list[Any], sent: list[Any], snapshot: dict[int, torch.Tensor], reply: dict[str, Any],
+              expected: Expected, draw: int) -> None:
+        out = reply["out"]
+        problem = structure_mismatch_safe(out, expected.returned)
+        if problem is not None:
+            self.end("wrong", "structure", f"draw {draw}: wrong output structure: {problem}")
+        mutated = {n: sent[self.problem.input_names.index(n)] for n in self.problem.mutates}
+        verdict = compare(out, mutated, expected)
+        if not verdict.passed:
+            mm = verdict.mismatch
+            reason = "nan" if mm is not None and "NaN" in mm.detail else "mismatch"
+            self.end("wrong", reason, f"draw {draw}: {verdict.text()}", mismatch=verdict.to_dict()["mismatch"])
+        for i, before in snapshot.items():
+            if not torch.equal(before, sent[i]):
+                self.end("rule_violation", "input_mutated",
+                         f"solve changed input {self.problem.input_names[i]}, which the problem does not mutate")
+
+    def correctness(self) -> None:
+        started = time.perf_counter()
+        launches = []
+        for draw in range(1, self.o.draws + 1):
+            inputs = _draw(self.problem, self.device, self.scale)
+            expected = compute_expected(self.problem, inputs)
+            sent = _send_inputs(self.problem, inputs)
+            snapshot = {i: x.clone() for i, (n, x) in enumerate(zip(self.problem.input_names, sent, strict=True))
+                        if isinstance(x, torch.Tensor) and n not in self.problem.mutates}
+            reply = self.call(sent, expected)
+            if not reply.get("launches"):
+                self.end("rule_violation", "no_dsl_launch",
+                         f"solve launched no {self.dsl} kernel (every call must launch one whose result is used)")
+            launches.append(reply["launches"])
+            self.judge(inputs, sent, snapshot, reply, expected, draw)
+            self.report.draws_checked = draw
+        self.report.launches_per_call = statistics.fmean(launches)
+        self.report.phases_s["correctness"] = time.perf_counter() - started
+
+    def ablation(self) -> None:
+        inputs = _draw(self.problem, self.device, self.scale)
+        expected = compute_expected(self.problem, inputs)
+        sent = _send_inputs(self.problem, inputs)
+        assert self.worker is not None
+        try:
+            reply = self.worker.request({"op": "call", "inputs": sent, "mode": "suppress", "return_outputs": True,
+                                         "poison": 2 * _outputs_nbytes(expected), "pattern": 0xFF},
+                                        timeout=self.o.call_timeout_s)
+        except WorkerFailure as exc:
+            self.report.ablation = f"the process failed without DSL launches ({exc.status}): counts as required"
+            self._restart_after_ablation()
+            return
+        if not reply.get("ok"):
+            self.report.ablation = "solve raised without DSL launches: counts as required"
+            return
+        mutated = {n: sent[self.problem.input_names.index(n)] for n in self.problem.mutates}
+        out = _copy(reply.get("out"))
+        if structure_mismatch_safe(out, expected.returned) is None and compare(out, mutated, expected).passed:
+            self.end("rule_violation", "dsl_unused",
+                     f"outputs are still correct with every {self.dsl} launch suppressed: the DSL kernel does no "
+                     "work the result depends on", ablation="passed without DSL launches")
+        self.report.ablation = "outputs wrong without DSL launches"
+
+    def audit(self) -> None:
+        """Catch token kernels: a DSL launch handed the finished answer (e.g. an eager result it merely copies)."""
+        inputs = _draw(self.problem, self.device, self.scale)
+        expected = compute_expected(self.problem, inputs)
+        sent = _send_inputs(self.problem, inputs)
+        assert self.worker is not None
+        msg = {"op": "call", "inputs": sent, "mode": "run", "audit": True, "return_outputs": False}
+        try:
+            reply = self.worker.request(msg, timeout=self.o.call_timeout_s)
+        except WorkerFailure as exc:
+            self.end(exc.status, "crash", exc.text)
+        if not reply.get("ok"):
+            self.end(reply.get("status", "runtime_error"), "exception", f"solve raised:\n{reply.get('error', '')}")
+        for launch, tensors in enumerate(reply.get("audited") or []):
+            for arg in tensors:
+                for name in (*expected.names, *expected.mutated):
+                    if name in self.problem.mutates:
+                        continue  # a cache handed to the kernel that updates it is the normal case
+                    ref = expected.reference[name]
+                    if arg.shape != ref.shape or arg.dtype != ref.dtype or not ref.numel():
+                        continue
+                    check, mismatch = compare_one(name, {**{n: expected.reference[n] for n in expected.reference},
+                                                         name: arg.to(ref.device)}, expected)
+                    if mismatch is None and not bool((ref == 0).all()):
+                        self.end("rule_violation", "dsl_token",
+                                 f"{self.dsl} launch {launch + 1} was handed the finished value of output {name} "
+                                 "before it ran: the DSL kernel does no work the answer depends on")
+
+    def _restart_after_ablation(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+        self.start()
+
+    def timing(self) -> None:
+        recheck_at = set(random.sample(range(self.o.min_timed), k=min(self.o.rechecks, self.o.min_timed)))
+
+        def one(i: int) -> dict[str, Any]:
+            inputs = _draw(self.problem, self.device, self.scale)
+            recheck = i in recheck_at
+            expected = compute_expected(self.problem, inputs) if recheck else None
+            sent = _send_inputs(self.problem, inputs)
+            snapshot = {}
+            if recheck:
+                snapshot = {k: x.clone() for k, (n, x) in enumerate(zip(self.problem.input_names, sent, strict=True))
+                            if isinstance(x, torch.Tensor) and n not in self.problem.mutates}
+            _sync(self.device)
+            t0 = time.perf_counter()
+            reply = self.call(sent, expected, op="time", want_outputs=recheck)
+            reply["wall_s"] = time.perf_counter() - t0
+            if recheck and expected is not None:
+                self.judge(inputs, sent, snapshot, reply, expected, draw=self.o.draws + i + 1)
+                self.report.rechecks += 1
+            return reply
+
+        timing, flags = measure(one, warmup=self.o.warmup, min_timed=self.o.min_timed, max_timed=self.o.max_timed,
+                                rse_target=self.o.rse_target, cap_s=self.o.timing_cap_s, flush=self.o.flush_l2)
+        self.report.timing = timing
+        self.report.integrity.extend(flags)
+        self.report.phases_s["timing"] = timing.wall_s
+
+    def profile(self) -> None:
+        assert self.worker is not None
+        inputs = _send_inputs(self.problem, _draw(self.problem, self.device, self.scale))
+        try:
+            reply = self.worker.request({"op": "profile", "inputs": inputs, "repeats": 3},
+                                        timeout=self.o.call_timeout_s)
+        except WorkerFailure as exc:
+            self.report.integrity.append(f"profiling failed: {exc.status}")
+            return
+        if not reply.get("ok"):
+            self.report.integrity.append("profiling failed: " + reply.get("error", "")[-300:])
+            return
+        from metakernel.dsl import get_adapter
+
+        adapter = get_adapter(self.dsl)
+        names = set(reply.get("kernel_names", []))
+        kernels = reply.get("kernels", [])
+        total = sum(us for _, us in kernels)
+        dsl_us = sum(us for name, us in kernels if _is_dsl_kernel(adapter, name, names))
+        self.report.kernels = [{"name": n[:160], "us": round(us, 3), "dsl": _is_dsl_kernel(adapter, n, names)}
+                               for n, us in kernels]
+        if kernels:
+            self.report.gpu_only_us = total
+            self.report.dsl_share = dsl_us / total if total > 0 else None
+            timing = self.report.timing
+            if timing is not None and timing.median_us < 0.8 * total:
+                self.report.integrity.append(
+                    f"end-to-end median {timing.median_us:.1f} us is below the GPU kernel time {total:.1f} us")
+
+    def baselines(self) -> None:
+        if not self.o.baselines:
+            return
+        started = time.perf_counter()
+        self.report.eager = eager_timing(self.problem, self.device, self.scale, kind="eager", options=self.o)
+        if self.o.compile_baseline:
+            self.report.compiled = eager_timing(self.problem, self.device, self.scale, kind="compile",
+                                                options=self.o)
+        self.report.phases_s["baselines"] = time.perf_counter() - started
+
+    def finish(self) -> None:
+        r = self.report
+        if r.timing and r.eager:
+            r.speedup = r.eager.median_us / r.timing.median_us
+        if r.timing and r.compiled:
+            r.speedup_vs_compile = r.compiled.median_us / r.timing.median_us
+        if r.timing and self.device == "cuda":
+            counts = self.problem.roofline(_draw(self.problem, self.device, self.scale))
+            bound = H200.min_seconds(counts["flops"], counts["bytes"]) * 1e6
+            r.roofline_fraction = bound / r.timing.median_us
+        r.status, r.reason = "passed", ""
+        r.message = "correct on every draw; DSL launches required; timed"
+
+
+class _Done(Exception):
+    pass
+
+
+def structure_mismatch_safe(candidate: Any, expected: Any) -> str | None:
+    """`structure_mismatch`, with unsupported candidate types reported instead of raised."""
+    try:
+        return structure_mismatch(candidate, expected)
+    except TypeError as exc:
+        return str(exc)
+
+
+def _is_dsl_kernel(adapter: Any, name: str, known: set[str]) -> bool:
+    if name in known or any(k and k in name for k in known):
+        return True
+    matcher = getattr(adapter, "is_dsl_kernel_name", None)
+    return bool(matcher(name)) if matcher else False
+
+
+def grade(problem: Problem, dsl: str, kernel: Path, device: str = "cuda", options: GradeOptions | None = None
+          ) -> GradeReport:
+    """Grade one kernel file; never raises for anything the candidate does."""
+    options = options or GradeOptions()
+    ev = Evaluation(problem, dsl, kernel, device, options)
+    started = time.perf_counter()
+    try:
+        ev.static()
+        ev.start()
+        ev.correctness()
+        ev.ablation()
+        ev.audit()
+        ev.timing()
+        if options.profile:
+            ev.profile()
+        ev.baselines()
+        ev.finish()
+    except _Done:
+        pass
+    except WorkerFailure as exc:
+        ev.report.status, ev.report.reason, ev.report.message = exc.status, "worker", exc.text
+    finally:
+        if ev.worker is not None:
+            ev.worker.close()
+        ev.report.phases_s["total"] = time.perf_counter() - started
+        ev.report.provenance = provenance()
+    return ev.report
+
+
+def dry_run(problem: Problem, dsl: str, kernel: Path, timeout_s: float = 300.0) -> GradeReport:
+    """The free `check`: static rules, import, then `solve` on small CPU inputs with DSL launches intercepted.
+
+    Launches are intercepted after compilation, so this catches import, trace and compile errors; it proves
+    nothing about the values (only the GPU does).
+    """
+    from metakernel.dsl import get_adapter
+
+    options = GradeOptions(scale="small", call_timeout_s=timeout_s, start_timeout_s=timeout_s)
+    ev = Evaluation(problem, dsl, kernel, "cpu", options)
+    try:
+        ev.static()
+        ev.worker = Worker(kind="candidate", path=kernel, device="cpu", dsl=dsl, dry_run=True,
+                           env=get_adapter(dsl).environment(dry_run=True), start_timeout=timeout_s)
+        try:
+            ev.worker.start()
+        except WorkerFailure as exc:
+            ev.end(exc.status, "import", f"importing kernel.py failed:\n{exc.text}")
+        inputs = _send_inputs(problem, _draw(problem, "cpu", "small"))
+        expected_structure = compute_expected(problem, inputs).returned
+        reply = ev.call(inputs, None, mode="intercept")
+        if not reply.get("launches"):
+            ev.end("rule_violation", "no_dsl_launch", f"solve launched no {dsl} kernel")
+        mismatch = structure_mismatch_safe(reply.get("out"), expected_structure)
+        if mismatch is not None:
+            ev.end("wrong", "structure", f"wrong output structure: {mismatch}")
+        ev.report.status, ev.report.reason = "passed", "dry_run"
+        ev.report.launches_per_call = reply["launches"]
+        ev.report.message = (f"dry run ok: imports, compiles, {reply['launches']} {dsl} launch(es) intercepted, "
+                             "output structure right (values not checked: only the GPU proves them)")
+    except _Done:
+        pass
+    finally:
+        if ev.worker is not None:
+            ev.worker.close()
+    return ev.report
+
+
+__all__ = ["GradeOptions", "dry_run", "flatten", "grade"]

@@ -1,0 +1,89 @@
+"""The grade report: one versioned record per evaluation, plus the short text an agent reads."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SCHEMA = "metakernel.grade/1"
+STATUSES = ("passed", "wrong", "compile_error", "runtime_error", "timeout", "rule_violation", "infra_error")
+
+
+@dataclass
+class Timing:
+    """End-to-end timing of `solve` (or of the eager reference) over fresh draws."""
+
+    median_us: float
+    mean_us: float
+    stdev_us: float
+    min_us: float
+    n: int
+    rse: float  # standard error of the median / median
+    host_median_us: float  # the child's own perf_counter bracket around the same region
+    wall_s: float  # the parent's wall clock over the whole timing phase
+    l2_flush: bool = False
+
+
+@dataclass
+class GradeReport:
+    """Everything one evaluation found. `status` is one of STATUSES; `reason` a short code for tests/tables."""
+
+    problem: dict[str, Any]
+    dsl: str
+    kernel_sha256: str
+    device: str
+    scale: str
+    status: str = "infra_error"
+    reason: str = ""
+    message: str = ""
+    mismatch: dict[str, Any] | None = None
+    violations: list[str] = field(default_factory=list)
+    draws_checked: int = 0
+    launches_per_call: float | None = None
+    ablation: str | None = None  # "outputs wrong without DSL launches" | "passed without DSL launches" | error
+    timing: Timing | None = None
+    gpu_only_us: float | None = None
+    dsl_share: float | None = None
+    kernels: list[dict[str, Any]] = field(default_factory=list)
+    eager: Timing | None = None
+    compiled: Timing | None = None
+    speedup: float | None = None
+    speedup_vs_compile: float | None = None
+    roofline_fraction: float | None = None
+    integrity: list[str] = field(default_factory=list)
+    rechecks: int = 0
+    phases_s: dict[str, float] = field(default_factory=dict)
+    limits: dict[str, Any] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
+    schema: str = SCHEMA
+
+    @property
+    def passed(self) -> bool:
+        """True when the kernel is correct and obeys the rules."""
+        return self.status == "passed"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return asdict(self)
+
+    def agent_text(self) -> str:
+        """What the agent sees after a submission: short, actionable, no harness internals."""
+        head = f"status: {self.status}" + (f" ({self.reason})" if self.reason else "")
+        lines = [head]
+        if self.message:
+            lines.append(self.message.strip())
+        for v in self.violations[:10]:
+            lines.append(f"- {v}")
+        if self.passed and self.timing:
+            lines.append(f"time: {self.timing.median_us:.1f} us median over {self.timing.n} draws "
+                         f"(GPU kernels {self.gpu_only_us or 0:.1f} us)")
+            if self.eager:
+                lines.append(f"eager PyTorch: {self.eager.median_us:.1f} us -> speedup {self.speedup:.3f}x")
+            if self.roofline_fraction is not None:
+                lines.append(f"roofline: {100 * self.roofline_fraction:.1f} % of the H200 lower bound")
+            if self.dsl_share is not None:
+                lines.append(f"DSL kernels: {100 * self.dsl_share:.0f} % of GPU time, "
+                             f"{self.launches_per_call or 0:g} launch(es) per call")
+        for flag in self.integrity:
+            lines.append(f"timing flag: {flag}")
+        return "\n".join(lines)

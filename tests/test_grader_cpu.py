@@ -1,0 +1,261 @@
+"""The grader end to end on the CPU: real child processes, real TIRx llvm kernels on CPU tensors, the comparator,
+the launch gate, ablation, the token-kernel audit, timing and baselines — and every way a candidate can fail.
+
+The problem is a small synthetic one (y = 2·x + b in fp32) because the llvm target is only a stand-in for the GPU:
+what is exercised is the grader's machinery, with the DSL compiler and launches for real.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from metakernel.grader.evaluate import GradeOptions, dry_run, grade
+from metakernel.problem import load_problem_file
+from tests.helpers import write_problem
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("tvm") is None, reason="apache-tvm is not installed")
+
+PROBLEM = """
+def reference(x, b):
+    return x * 2.0 + b
+
+def make_inputs(device="cuda", scale="full"):
+    return [torch.randn(64, 32, device=device), torch.randn(32, device=device)]
+
+def roofline(x, b):
+    return {"flops": 2 * x.numel(), "bytes": 4 * (2 * x.numel() + b.numel())}
+"""
+
+HEADER = '''
+import torch
+import tvm
+from tvm.script import tirx as Tx
+
+
+@Tx.prim_func
+def axpb(x_ptr: Tx.handle, b_ptr: Tx.handle, y_ptr: Tx.handle):
+    M = Tx.int32()
+    N = Tx.int32()
+    X = Tx.match_buffer(x_ptr, (M, N), "float32")
+    B = Tx.match_buffer(b_ptr, (N,), "float32")
+    Y = Tx.match_buffer(y_ptr, (M, N), "float32")
+    for i, j in Tx.grid(M, N):
+        Y[i, j] = X[i, j] * Tx.float32(2.0) + B[j]
+
+
+@Tx.prim_func
+def copy(x_ptr: Tx.handle, y_ptr: Tx.handle):
+    M = Tx.int32()
+    N = Tx.int32()
+    X = Tx.match_buffer(x_ptr, (M, N), "float32")
+    Y = Tx.match_buffer(y_ptr, (M, N), "float32")
+    for i, j in Tx.grid(M, N):
+        Y[i, j] = X[i, j]
+
+
+_EXE = {}
+
+
+def exe(f):
+    key = id(f)
+    if key not in _EXE:
+        _EXE[key] = tvm.compile(f, target="llvm", tir_pipeline="tirx")
+    return _EXE[key]
+'''
+
+KERNELS = {
+    "correct": """
+def solve(x, b):
+    y = torch.empty_like(x)
+    exe(axpb)(x, b, y)
+    return y
+""",
+    "zeros": """
+def solve(x, b):
+    y = torch.empty_like(x)
+    exe(axpb)(x, b, y)
+    return torch.zeros_like(x)
+""",
+    "no_launch": """
+def solve(x, b):
+    return x * 2.0 + b
+""",
+    "unused": """
+def solve(x, b):
+    scratch = torch.empty_like(x)
+    exe(axpb)(x, b, scratch)
+    return x * 2.0 + b
+""",
+    "token": """
+def solve(x, b):
+    eager = x * 2.0 + b
+    y = torch.empty_like(x)
+    exe(copy)(eager, y)
+    return y
+""",
+    "cached": """
+_CACHE = []
+
+def solve(x, b):
+    if not _CACHE:
+        y = torch.empty_like(x)
+        exe(axpb)(x, b, y)
+        _CACHE.append(y)
+    exe(copy)(_CACHE[0], torch.empty_like(x))
+    return _CACHE[0]
+""",
+    "mutates": """
+def solve(x, b):
+    exe(axpb)(x, b, x)
+    return x
+""",
+    "dtype": """
+def solve(x, b):
+    y = torch.empty_like(x)
+    exe(axpb)(x, b, y)
+    return y.double()
+""",
+    "raises": """
+def solve(x, b):
+    raise RuntimeError("my kernel is broken")
+""",
+    "hang": """
+def solve(x, b):
+    y = torch.empty_like(x)
+    exe(axpb)(x, b, y)
+    while True:
+        y.add_(0.0)
+""",
+    "tuple": """
+def solve(x, b):
+    y = torch.empty_like(x)
+    exe(axpb)(x, b, y)
+    return (y,)
+""",
+}
+
+FAST = GradeOptions(draws=5, warmup=1, min_timed=10, max_timed=20, rse_target=0.5, timing_cap_s=10,
+                    call_timeout_s=60, start_timeout_s=180)
+
+
+@pytest.fixture(scope="module")
+def problem(tmp_path_factory):
+    root = tmp_path_factory.mktemp("problems")
+    return load_problem_file(write_problem(root, "mlp_norm", "27_axpb", PROBLEM))
+
+
+def _kernel(tmp_path: Path, name: str, body: str | None = None) -> Path:
+    path = tmp_path / f"{name}.py"
+    path.write_text(HEADER + textwrap.dedent(body if body is not None else KERNELS[name]), encoding="utf-8")
+    return path
+
+
+def test_correct_llvm_kernel_passes_with_timing_and_baseline(problem, tmp_path, monkeypatch):
+    """Pins the whole pipeline: draws, comparison, ablation, audit, timing, eager baseline, speedup."""
+    monkeypatch.setenv("METAKERNEL_CACHE_DIR", str(tmp_path / "cache"))
+    report = grade(problem, "tirx", _kernel(tmp_path, "correct"), device="cpu", options=FAST)
+    assert report.status == "passed", report.agent_text()
+    assert report.draws_checked == 5 and report.launches_per_call == 1
+    assert report.ablation == "outputs wrong without DSL launches"
+    assert report.timing is not None and 10 <= report.timing.n <= 20 and report.timing.median_us > 0
+    assert report.eager is not None and report.speedup == pytest.approx(
+        report.eager.median_us / report.timing.median_us)
+    assert report.rechecks >= 1
+    assert report.limits.get("core") == 0
+    assert "status: passed" in report.agent_text()
+    # The baseline is cached on disk: a second grade reuses it.
+    assert list((tmp_path / "cache" / "baselines").glob("27-eager-*.json"))
+
+
+@pytest.mark.parametrize("name, status, reason", [
+    ("zeros", "wrong", "mismatch"),
+    ("no_launch", "rule_violation", "no_dsl_launch"),
+    ("unused", "rule_violation", "dsl_unused"),
+    ("token", "rule_violation", "dsl_token"),
+    ("cached", "wrong", "mismatch"),
+    ("mutates", "rule_violation", "input_mutated"),
+    ("dtype", "wrong", "structure"),
+    ("tuple", "wrong", "structure"),
+    ("raises", "runtime_error", "exception"),
+])
+def test_wrong_kernels_get_their_reason(problem, tmp_path, name, status, reason):
+    report = grade(problem, "tirx", _kernel(tmp_path, name), device="cpu",
+                   options=GradeOptions(**{**FAST.__dict__, "baselines": False}))
+    assert (report.status, report.reason) == (status, reason), report.agent_text()
+    assert report.agent_text().startswith(f"status: {status}")
+
+
+def test_hang_is_killed_and_the_parent_survives(problem, tmp_path):
+    """A hanging solve ends as `timeout`; the next evaluation in the same parent works."""
+    options = GradeOptions(**{**FAST.__dict__, "call_timeout_s": 8, "baselines": False})
+    report = grade(problem, "tirx", _kernel(tmp_path, "hang"), device="cpu", options=options)
+    assert (report.status, report.reason) == ("timeout", "timeout")
+    again = grade(problem, "tirx", _kernel(tmp_path, "correct"), device="cpu",
+                  options=GradeOptions(**{**FAST.__dict__, "baselines": False}))
+    assert again.status == "passed"
+
+
+SEGFAULT = '''
+import torch
+import tvm
+from tvm.script import tirx as Tx
+
+
+@Tx.prim_func
+def wild(x_ptr: Tx.handle, y_ptr: Tx.handle):
+    X = Tx.match_buffer(x_ptr, (64, 32), "float32")
+    Y = Tx.match_buffer(y_ptr, (64, 32), "float32")
+    for i, j in Tx.grid(64, 32):
+        Y[i + 40000000, j] = X[i, j]
+
+
+_EXE = []
+
+
+def solve(x, b):
+    if not _EXE:
+        _EXE.append(tvm.compile(wild, target="llvm", tir_pipeline="tirx"))
+    y = torch.empty_like(x)
+    _EXE[0](x, y)
+    return y
+'''
+
+
+def test_wild_write_crashes_the_child_not_the_parent(problem, tmp_path):
+    """An out-of-bounds write kills the candidate process (SIGSEGV); the parent reports runtime_error."""
+    path = tmp_path / "wild.py"
+    path.write_text(SEGFAULT, encoding="utf-8")
+    report = grade(problem, "tirx", path, device="cpu", options=GradeOptions(**{**FAST.__dict__,
+                                                                                "baselines": False}))
+    assert report.status == "runtime_error" and report.reason == "crash", report.agent_text()
+    assert "SIGSEGV" in report.message or "signal" in report.message
+
+
+def test_bad_files_get_reports_not_tracebacks(problem, tmp_path):
+    """Does not parse / over 300 KB / no solve / import-time error: a report saying exactly that."""
+    cases = {
+        "syntax": ("def solve(:\n", "compile_error", "does not parse"),
+        "big": ("import tvm\n" + "#" * 310_000 + "\ndef solve(x, b):\n    return x\n", "rule_violation", "300 KB"),
+        "nosolve": ("import tvm\n\ndef other():\n    pass\n", "compile_error", "no top-level solve"),
+        "importerr": ("import tvm\nraise ValueError('boom at import')\n\ndef solve(x, b):\n    return x\n",
+                      "compile_error", "boom at import"),
+    }
+    for name, (text, status, needle) in cases.items():
+        path = tmp_path / f"{name}.py"
+        path.write_text(text, encoding="utf-8")
+        report = grade(problem, "tirx", path, device="cpu", options=FAST)
+        assert report.status == status and needle in report.message, (name, report.agent_text())
+        assert "metakernel/grader" not in report.message, "harness frames leaked into the agent's text"
+
+
+def test_dry_run_intercepts_and_checks_structure(problem, tmp_path):
+    ok = dry_run(problem, "tirx", _kernel(tmp_path, "correct"))
+    assert ok.status == "passed" and ok.launches_per_call == 1, ok.agent_text()
+    bad = dry_run(problem, "tirx", _kernel(tmp_path, "tuple"))
+    assert (bad.status, bad.reason) == ("wrong", "structure")
+    none = dry_run(problem, "tirx", _kernel(tmp_path, "no_launch"))
+    assert (none.status, none.reason) == ("rule_violation", "no_dsl_launch")
