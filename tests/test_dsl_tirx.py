@@ -296,7 +296,12 @@ def _():
     mod.solve(x, b)
     from tvm_ffi import _ffi_api
     wrapped = getattr(_ffi_api.ModuleGetFunction, "__name__", "")
-    return {"same_gate_twice": once, "old_after_switch": old.launches, "new": new.launches, "patched_fn": wrapped}
+    audit = LaunchGate(mode="run", audit=True)
+    ADAPTER.install_hooks(audit)
+    mod.solve(x, b)
+    shots = [[list(t.shape) for t in shot] for shot in audit.audited]
+    return {"same_gate_twice": once, "old_after_switch": old.launches, "new": new.launches, "patched_fn": wrapped,
+            "audited": shots}
 
 
 print("REPORT " + json.dumps(report))
@@ -471,6 +476,7 @@ def test_hooks_are_idempotent_and_follow_the_latest_gate(child):
     assert res["same_gate_twice"] == 1
     assert res["old_after_switch"] == 1 and res["new"] == 1
     assert res["patched_fn"] == "_gated_module_get_function"
+    assert res["audited"] == [[[3, 8], [8], [3, 8]]]  # the launch's tensor arguments reach the gate
 
 
 def test_hook_overhead_is_small(child):

@@ -13,7 +13,7 @@ How a TIRx kernel is launched from Python, and where the hooks sit
   kernel functions (`exe.mod.imports[0]["x_kernel"]`).
 
 `install_hooks` replaces that attribute with a version that returns a gated wrapper for every function that is
-not TVM bookkeeping (`__tvm_*`, `_get_target_string`, ...). The wrapper asks `gate.should_launch()` on every call:
+not TVM bookkeeping (`__tvm_*`, `_get_target_string`, ...). The wrapper asks `gate.should_launch(args)` on every call:
 in mode "run" it calls the real function, otherwise it returns None without calling it (TIRx kernels write into
 the buffers they are given and return nothing). `Module.time_evaluator` (which finds the function in C++) is
 gated too. Compilation is untouched: `tvm.compile` has already lowered the kernel before anything can be called;

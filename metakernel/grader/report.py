@@ -54,6 +54,7 @@ class GradeReport:
     rechecks: int = 0
     phases_s: dict[str, float] = field(default_factory=dict)
     limits: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
     schema: str = SCHEMA
 

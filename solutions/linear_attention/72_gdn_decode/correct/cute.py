@@ -1,17 +1,18 @@
 """Problem 72 (gated DeltaNet one-token decode over a state pool), CuTe DSL: one SIMT kernel, one CTA per
 (value head, request), 128 threads, thread v owns column v of the 128x128 fp32 state.
 
-Per CTA: q and k of the key head (h // rep) are staged in shared memory as fp32; every thread sums their squares in
-fp64 (128 broadcast reads each) and writes its own element normalised (q also scaled by 128**-0.5) back to shared
-memory, rounded once to fp32. The gate scalars (g = -exp(A_log) softplus(a + dt_bias), exp(g), beta = sigmoid(b))
-are computed in fp64 by every thread and rounded to fp32 once. Then thread v:
-  S[:, v] = exp(g) * pool[slot, h, :, v]    (128 coalesced fp32 loads per warp row, kept in registers)
-  kS      = sum_k k[k] S[k, v]               (fp32, 4 interleaved partial sums)
+Per CTA: the gate scalars (g = -exp(A_log) softplus(a + dt_bias), exp(g), beta = sigmoid(b)) are computed in fp64
+by every thread and rounded to fp32 once. Thread v first issues the 128 loads of its state column (a warp reads 128
+contiguous bytes per state row). Every warp then computes the L2 norms of q and k of the key head (h // rep) with
+fp64 sums of squares (exact squares of bf16 values) and a butterfly shuffle; thread t writes element t of the
+normalised q (times 128**-0.5) and k, each rounded once to fp32, to shared memory; one barrier. Then thread v:
+  S[:, v] = exp(g) * pool[slot, h, :, v]    (kept in registers)
+  kS      = sum_k k[k] S[k, v]               (fp32 FMAs, 4 interleaved partial sums)
   u       = beta (v[v] - kS)
   S[k, v] = S[k, v] + k[k] u ;  o += q[k] S[k, v] ;  pool[slot, h, k, v] = S[k, v]
   o[r, h, v] = bf16(o)
-Each warp reads/writes 128 contiguous bytes per state row; the state traffic (2 x 64 KiB per CTA) is the time.
-No cross-thread reduction over the state is needed, so the kernel has one barrier pair (for the q/k staging).
+No cross-thread reduction over the state is needed. The state traffic (64 KiB read + 64 KiB written per CTA,
+1.07 GB in all at full scale) is the time; everything else is a few microseconds of ALU work.
 """
 
 import cutlass
@@ -25,6 +26,13 @@ DV = 128  # value head dim (fact of the problem); one thread per value column
 NACC = 4  # interleaved partial sums for the length-128 dot products
 
 
+@cute.jit
+def _warp_sum(value):
+    for k in cutlass.range_constexpr(5):  # 16, 8, 4, 2, 1 lanes apart
+        value = value + cute.arch.shuffle_sync_bfly(value, offset=16 >> k)
+    return value
+
+
 @cute.kernel
 def _gdn_decode_kernel(mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mA: cute.Tensor, mB: cute.Tensor,
                        mAlog: cute.Tensor, mDt: cute.Tensor, mPool: cute.Tensor, mIdx: cute.Tensor,
@@ -32,15 +40,11 @@ def _gdn_decode_kernel(mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mA: cu
     tidx, _, _ = cute.arch.thread_idx()
     h, r, _ = cute.arch.block_idx()
     hk = h // rep
+    lane = tidx % 32
 
     smem = cutlass.memory.SmemAllocator()
-    sQ = smem.allocate_tensor(cutlass.Float32, cute.make_layout(DK))
-    sK = smem.allocate_tensor(cutlass.Float32, cute.make_layout(DK))
     sQn = smem.allocate_tensor(cutlass.Float32, cute.make_layout(DK))
     sKn = smem.allocate_tensor(cutlass.Float32, cute.make_layout(DK))
-
-    sQ[tidx] = mQ[r, hk, tidx].to(cutlass.Float32)
-    sK[tidx] = mK[r, hk, tidx].to(cutlass.Float32)
 
     # gate scalars in fp64, rounded once to fp32
     x = mA[r, h].to(cutlass.Float64) + mDt[h].to(cutlass.Float64)
@@ -52,24 +56,27 @@ def _gdn_decode_kernel(mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mA: cu
     vv = mV[r, h, tidx].to(cutlass.Float32)
     slot = mIdx[r]
 
-    cute.arch.sync_threads()
-    ssq_q = cutlass.Float64(0.0)
-    ssq_k = cutlass.Float64(0.0)
-    for i in cutlass.range_constexpr(DK):
-        qi = sQ[i].to(cutlass.Float64)
-        ki = sK[i].to(cutlass.Float64)
-        ssq_q = ssq_q + qi * qi
-        ssq_k = ssq_k + ki * ki
-    inv_q = cutlass.Float64(DK ** -0.5) / cute.math.sqrt(ssq_q + cutlass.Float64(1e-6))
-    inv_k = cutlass.Float64(1.0) / cute.math.sqrt(ssq_k + cutlass.Float64(1e-6))
-    sQn[tidx] = (sQ[tidx].to(cutlass.Float64) * inv_q).to(cutlass.Float32)
-    sKn[tidx] = (sK[tidx].to(cutlass.Float64) * inv_k).to(cutlass.Float32)
-    cute.arch.sync_threads()
-
-    # this thread's state column, decayed, in registers
+    # this thread's state column, decayed, in registers (loads issued before the norm work)
     rS = cute.make_rmem_tensor(cute.make_layout(DK), cutlass.Float32)
     for i in cutlass.range_constexpr(DK):
         rS[i] = mPool[slot, h, i, tidx] * decay
+
+    # L2 norms of q and k: every warp computes both (lane holds elements lane + 32 j), fp64 sums of the exact
+    # squares of bf16 values, butterfly-reduced; thread tid then normalises element tid, rounded once to fp32.
+    ssq_q = cutlass.Float64(0.0)
+    ssq_k = cutlass.Float64(0.0)
+    for j in cutlass.range_constexpr(DK // 32):
+        qj = mQ[r, hk, lane + 32 * j].to(cutlass.Float64)
+        kj = mK[r, hk, lane + 32 * j].to(cutlass.Float64)
+        ssq_q = ssq_q + qj * qj
+        ssq_k = ssq_k + kj * kj
+    ssq_q = _warp_sum(ssq_q)
+    ssq_k = _warp_sum(ssq_k)
+    inv_q = cutlass.Float64(DK ** -0.5) / cute.math.sqrt(ssq_q + cutlass.Float64(1e-6))
+    inv_k = cutlass.Float64(1.0) / cute.math.sqrt(ssq_k + cutlass.Float64(1e-6))
+    sQn[tidx] = (mQ[r, hk, tidx].to(cutlass.Float64) * inv_q).to(cutlass.Float32)
+    sKn[tidx] = (mK[r, hk, tidx].to(cutlass.Float64) * inv_k).to(cutlass.Float32)
+    cute.arch.sync_threads()
 
     acc = cute.make_rmem_tensor(cute.make_layout(NACC), cutlass.Float32)
     acc.fill(0.0)
