@@ -177,6 +177,8 @@ class Evaluation:
                 self.end("rule_violation", "no_dsl_launch",
                          f"solve launched no {self.dsl} kernel (every call must launch one whose result is used)")
             launches.append(reply["launches"])
+            if draw == 1:  # the first call compiles (DSL kernels are usually built on first use)
+                self.report.phases_s["first_call"] = reply["host_s"]
             self.judge(inputs, sent, snapshot, reply, expected, draw)
             self.report.draws_checked = draw
         self.report.launches_per_call = statistics.fmean(launches)

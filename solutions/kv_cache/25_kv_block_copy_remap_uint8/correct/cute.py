@@ -55,7 +55,7 @@ def _compiled_for(rows, num_blocks, words, pairs):
     if fn is None:
         kv = make_fake_compact_tensor(cutlass.Int32, (rows, num_blocks, words), stride_order=(2, 1, 0),
                                       assumed_align=16)
-        mapping = make_fake_compact_tensor(cutlass.Int64, (pairs, 2), stride_order=(1, 0), assumed_align=16)
+        mapping = make_fake_compact_tensor(cutlass.Int64, (pairs, 2), stride_order=(1, 0), assumed_align=8)
         fn = cute.compile(_block_copy, kv, mapping, make_fake_stream(use_tvm_ffi_env_stream=True),
                           options="--enable-tvm-ffi")
         _COMPILED[key] = fn

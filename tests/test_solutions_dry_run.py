@@ -1,0 +1,47 @@
+"""Every solution in solutions/ on the CPU: gold kernels pass the dry-run check (rules, import, compile for sm_90a,
+launches intercepted, output structure); wrong ones whose reason is visible without a GPU are rejected with it."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from metakernel import gold
+from metakernel.catalog import load_catalog
+from metakernel.grader.evaluate import dry_run
+
+SOLUTIONS = gold.discover()
+HAVE_DSLS = all(importlib.util.find_spec(m) is not None for m in ("tvm", "cutlass"))
+pytestmark = pytest.mark.skipif(not HAVE_DSLS, reason="the DSL packages are not installed")
+
+
+def test_the_tree_has_two_gold_problems_per_family_in_both_dsls_and_twelve_wrong():
+    """Pins the grader issue's corpus: 12 problems x 2 DSLs of gold, at least 12 wrong solutions."""
+    catalog = load_catalog()
+    gold_pairs = {(s.number, s.dsl) for s in SOLUTIONS if s.kind == "gold" and s.path.stem in ("cute", "tirx")}
+    numbers = {n for n, _ in gold_pairs}
+    assert all((n, d) in gold_pairs for n in numbers for d in ("cute", "tirx"))
+    per_family: dict[str, int] = {}
+    for n in numbers:
+        fam = catalog.paths[n].parent.name
+        per_family[fam] = per_family.get(fam, 0) + 1
+    assert len(numbers) == 12 and set(per_family.values()) == {2}, per_family
+    assert sum(1 for s in SOLUTIONS if s.kind == "wrong") >= 12
+
+
+@pytest.mark.parametrize("sol", [s for s in SOLUTIONS if s.kind == "gold"], ids=lambda s: s.key)
+def test_gold_passes_the_dry_run(sol):
+    report = dry_run(load_catalog().problem(sol.number), sol.dsl, sol.path)
+    assert report.status == "passed", report.agent_text()
+    assert (report.launches_per_call or 0) >= 1
+
+
+@pytest.mark.parametrize("sol", [s for s in SOLUTIONS if s.kind == "wrong"], ids=lambda s: s.key)
+def test_wrong_is_not_passed_off_as_gold_by_the_dry_run(sol):
+    """Static, structure and no-launch reasons show on the CPU; the rest need the GPU (validation/h200-gold.json)."""
+    report = dry_run(load_catalog().problem(sol.number), sol.dsl, sol.path)
+    if sol.expected_reason in ("static", "structure", "no_dsl_launch"):
+        assert (report.status, report.reason) == (sol.expected_status, sol.expected_reason), report.agent_text()
+    else:
+        assert report.status == "passed", report.agent_text()
