@@ -141,7 +141,7 @@ class Child:
             self.gate.audit = False
         self.keep = (out, reply.get("audited"))
         if msg.get("return_outputs", True):
-            reply["out"] = out
+            reply["out"] = _unalias(out, inputs)
         return reply
 
     def profile(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -178,6 +178,26 @@ class Child:
         if op == "profile":
             return self.profile(msg)
         raise _Fail("infra_error", f"unknown request {op!r}")
+
+
+def _unalias(out: Any, inputs: list[Any]) -> Any:
+    """Clone returned tensors that share memory with a received input.
+
+    torch cannot send a tensor it received from another process back to it, and the parent compares such an input
+    on its own anyway.
+    """
+    import torch
+
+    received = {x.untyped_storage().data_ptr() for x in inputs if isinstance(x, torch.Tensor)}
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, torch.Tensor):
+            return node.clone() if node.untyped_storage().data_ptr() in received else node
+        if isinstance(node, (tuple, list)):
+            return type(node)(walk(v) for v in node)
+        return node
+
+    return walk(out)
 
 
 class _Fail(Exception):
