@@ -57,6 +57,8 @@ def test_clean_kernels_pass():
     ("f = open('/proc/self/maps')", "file access"),
     ("setattr(torch, 'add', None)", "patching"),
     ("x = torch._C._cuda_getCurrentRawStream(0)", "torch internals"),
+    ("f = tvm.get_global_func('ffi.ModuleGetFunction')", "raw FFI"),
+    ("import tvm_ffi", "raw FFI"),
 ])
 def test_forbidden_constructs_are_caught_with_line_numbers(snippet, needle):
     source = CLEAN_CUTE + "\n" + snippet + "\n"

@@ -36,6 +36,7 @@ FORBIDDEN_MODULES: dict[str, str] = {
     "cuda": "raw CUDA driver/NVRTC bindings",
     "nvrtc": "NVRTC (CUDA C)",
     "tvm.contrib": "library kernels through TVM (cuBLAS, cuDNN, ...)",
+    "tvm_ffi": "raw FFI functions (they bypass launch accounting)",
     "metakernel": "the harness",
     "reference": "the problem's reference",
     "inspect": "introspection of the harness",
@@ -66,6 +67,8 @@ FORBIDDEN_ATTRIBUTES: dict[str, str] = {
     "__subclasses__": "introspection",
     "torch._C": "torch internals (torch._C)",
     "cublas": "library kernels through the DSL",
+    "get_global_func": "raw FFI functions (they bypass launch accounting)",
+    "_ffi_api": "raw FFI functions (they bypass launch accounting)",
     "cudnn": "library kernels through the DSL",
 }
 
