@@ -20,10 +20,11 @@ LANES = GROUP // VEC  # 16 threads per group
 
 
 def _groups_per_cta(n_groups):
-    for g in (16, 8, 4, 2, 1):
+    """Groups per CTA: 16, 8, 4 or 2 (a CTA must hold whole warps for the full-mask shuffles)."""
+    for g in (16, 8, 4, 2):
         if n_groups % g == 0:
             return g
-    return 1
+    raise ValueError(f"K / 128 = {n_groups} groups must be even")
 
 
 def _make_kernel(k):
@@ -82,8 +83,8 @@ def _executable(k):
 def solve(x):
     """Return (x_q [T, K] float8_e4m3fn, x_scale [T, K/128] float32) for bf16 x [T, K]."""
     t, k = x.shape
-    if k % GROUP != 0:
-        raise ValueError(f"K = {k} must be a multiple of {GROUP}")
+    if k % (2 * GROUP) != 0:
+        raise ValueError(f"K = {k} must be a multiple of {2 * GROUP}")
     x = x.contiguous()
     x_q = torch.empty((t, k), dtype=torch.float8_e4m3fn, device=x.device)
     x_scale = torch.empty((t, k // GROUP), dtype=torch.float32, device=x.device)
