@@ -31,6 +31,7 @@ def main() -> int:
     parser.add_argument("--only", default="", help="problem numbers, comma separated")
     parser.add_argument("--out", default="validation/h200-grader-bench.json")
     parser.add_argument("--budget", type=float, default=480.0, help="seconds before stopping (resume later)")
+    parser.add_argument("--flush-l2", action="store_true", help="grade with the L2 flush before every timed call")
     args = parser.parse_args()
     out = Path(args.out)
     data = json.loads(out.read_text()) if out.is_file() else {"provenance": provenance(), "solutions": {}}
@@ -38,7 +39,8 @@ def main() -> int:
     wanted = {int(x) for x in args.only.split(",") if x.strip()}
     catalog = load_catalog()
     started = time.monotonic()
-    options = GradeOptions()
+    options = GradeOptions(flush_l2=args.flush_l2)
+    data.setdefault("options", {})["flush_l2"] = args.flush_l2
     for sol in gold.discover():
         if sol.kind != "gold" or (wanted and sol.number not in wanted) or sol.key in data["solutions"]:
             continue
