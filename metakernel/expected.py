@@ -43,6 +43,18 @@ def prepare_args(problem: Problem, inputs: list[Any], *, to_float64: bool) -> li
     return args
 
 
+def fresh_copies(problem: Problem, inputs: list[Any]) -> list[Any]:
+    """Inputs for one call: MUTATES ones cloned, so every call starts from the drawn state; the rest shared."""
+    return [x.clone() if n in problem.mutates and isinstance(x, torch.Tensor) else x
+            for n, x in zip(problem.input_names, inputs, strict=True)]
+
+
+def unchanged_snapshot(problem: Problem, inputs: list[Any]) -> dict[int, torch.Tensor]:
+    """Copies of every input a call must leave alone, by position, to prove afterwards that it did."""
+    return {i: x.clone() for i, (n, x) in enumerate(zip(problem.input_names, inputs, strict=True))
+            if isinstance(x, torch.Tensor) and n not in problem.mutates}
+
+
 def run_reference(problem: Problem, inputs: list[Any], *, to_float64: bool = False
                   ) -> tuple[Any, dict[str, torch.Tensor]]:
     """(returned result, mutated inputs by name) of one reference call on (copies of) `inputs`."""

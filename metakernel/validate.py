@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from metakernel.compare import Expected, compare, float_allowance
-from metakernel.expected import compute_expected, output_names, run_reference, upcast
+from metakernel.expected import compute_expected, fresh_copies, output_names, run_reference, upcast
 from metakernel.families import expected_ranges
 from metakernel.problem import Problem
 from metakernel.structure import flatten
@@ -299,7 +299,7 @@ def time_reference(problem: Problem, inputs: list[Any], device: str, repeats: in
     """Seconds per eager reference call (mutated inputs cloned outside the timed region)."""
     times = []
     for i in range(repeats + 2):
-        args = [x.clone() if n in problem.mutates else x for n, x in zip(problem.input_names, inputs, strict=True)]
+        args = fresh_copies(problem, inputs)
         _sync(device)
         if device.startswith("cuda"):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from metakernel.expected import fresh_copies
 from metakernel.grader.report import Timing
 from metakernel.grader.timing import measure
 from metakernel.grader.worker import Worker, WorkerFailure
@@ -48,7 +49,7 @@ def eager_timing(problem: Problem, device: str, scale: str, *, kind: str, option
         def call(i: int) -> dict[str, Any]:
             torch.manual_seed(secrets.randbits(62))
             inputs = problem.make_inputs(device=device, scale=scale)
-            sent = [x.clone() if n in problem.mutates else x for n, x in zip(problem.input_names, inputs, strict=True)]
+            sent = fresh_copies(problem, inputs)
             if device == "cuda":
                 torch.cuda.synchronize()
             t0 = time.perf_counter()

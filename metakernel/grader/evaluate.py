@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from metakernel.compare import Expected, compare, compare_one
-from metakernel.expected import compute_expected
+from metakernel.expected import compute_expected, fresh_copies, unchanged_snapshot
 from metakernel.grader.baseline import eager_timing
 from metakernel.grader.report import GradeReport
 from metakernel.grader.static import check_source
@@ -64,12 +64,6 @@ def _sync(device: str) -> None:
 
 def _outputs_nbytes(expected: Expected) -> int:
     return sum(t.numel() * t.element_size() for n, t in expected.reference.items() if n not in expected.mutated)
-
-
-def _send_inputs(problem: Problem, inputs: list[Any]) -> list[Any]:
-    """Inputs as sent to the candidate: MUTATES ones cloned so every call starts from the drawn state."""
-    return [x.clone() if n in problem.mutates and isinstance(x, torch.Tensor) else x
-            for n, x in zip(problem.input_names, inputs, strict=True)]
 
 
 def _copy(result: Any) -> Any:
@@ -169,9 +163,8 @@ class Evaluation:
         for draw in range(1, self.o.draws + 1):
             inputs = _draw(self.problem, self.device, self.scale)
             expected = compute_expected(self.problem, inputs)
-            sent = _send_inputs(self.problem, inputs)
-            snapshot = {i: x.clone() for i, (n, x) in enumerate(zip(self.problem.input_names, sent, strict=True))
-                        if isinstance(x, torch.Tensor) and n not in self.problem.mutates}
+            sent = fresh_copies(self.problem, inputs)
+            snapshot = unchanged_snapshot(self.problem, sent)
             reply = self.call(sent, expected)
             if not reply.get("launches"):
                 self.end("rule_violation", "no_dsl_launch",
@@ -187,7 +180,7 @@ class Evaluation:
     def ablation(self) -> None:
         inputs = _draw(self.problem, self.device, self.scale)
         expected = compute_expected(self.problem, inputs)
-        sent = _send_inputs(self.problem, inputs)
+        sent = fresh_copies(self.problem, inputs)
         assert self.worker is not None
         try:
             reply = self.worker.request({"op": "call", "inputs": sent, "mode": "suppress", "return_outputs": True,
@@ -212,7 +205,7 @@ class Evaluation:
         """Catch token kernels: a DSL launch handed the finished answer (e.g. an eager result it merely copies)."""
         inputs = _draw(self.problem, self.device, self.scale)
         expected = compute_expected(self.problem, inputs)
-        sent = _send_inputs(self.problem, inputs)
+        sent = fresh_copies(self.problem, inputs)
         assert self.worker is not None
         msg = {"op": "call", "inputs": sent, "mode": "run", "audit": True, "return_outputs": False}
         try:
@@ -250,11 +243,8 @@ class Evaluation:
             inputs = _draw(self.problem, self.device, self.scale)
             recheck = i in recheck_at
             expected = compute_expected(self.problem, inputs) if recheck else None
-            sent = _send_inputs(self.problem, inputs)
-            snapshot = {}
-            if recheck:
-                snapshot = {k: x.clone() for k, (n, x) in enumerate(zip(self.problem.input_names, sent, strict=True))
-                            if isinstance(x, torch.Tensor) and n not in self.problem.mutates}
+            sent = fresh_copies(self.problem, inputs)
+            snapshot = unchanged_snapshot(self.problem, sent) if recheck else {}
             _sync(self.device)
             t0 = time.perf_counter()
             reply = self.call(sent, expected, op="time", want_outputs=recheck)
@@ -272,7 +262,7 @@ class Evaluation:
 
     def profile(self) -> None:
         assert self.worker is not None
-        inputs = _send_inputs(self.problem, _draw(self.problem, self.device, self.scale))
+        inputs = fresh_copies(self.problem, _draw(self.problem, self.device, self.scale))
         try:
             reply = self.worker.request({"op": "profile", "inputs": inputs, "repeats": 3},
                                         timeout=self.o.call_timeout_s)
@@ -439,7 +429,7 @@ def dry_run(problem: Problem, dsl: str, kernel: Path, timeout_s: float = 300.0) 
             ev.worker.start()
         except WorkerFailure as exc:
             ev.end(exc.status, "import", f"importing kernel.py failed:\n{exc.text}")
-        inputs = _send_inputs(problem, _draw(problem, "cpu", "small"))
+        inputs = fresh_copies(problem, _draw(problem, "cpu", "small"))
         expected_structure = compute_expected(problem, inputs).returned
         reply = ev.call(inputs, None, mode="intercept")
         if not reply.get("launches"):
