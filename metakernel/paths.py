@@ -37,6 +37,11 @@ def families_dir() -> Path:
     return _data_dir("METAKERNEL_FAMILIES_DIR", "metakernel._families", "families")
 
 
+def guides_dir() -> Path:
+    """The folder holding the per-DSL agent guides (`docs/guides/<dsl>.md`; shipped as `metakernel._guides`)."""
+    return _data_dir("METAKERNEL_GUIDES_DIR", "metakernel._guides", "docs/guides")
+
+
 def repo_root() -> Path:
     """The checkout root (for `validation/` reports and the git revision); meaningful only in a checkout."""
     return _ROOT

@@ -10,10 +10,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 PROBE = """
 import json, metakernel, metakernel.agents, metakernel.analysis
-from metakernel.paths import problems_dir, families_dir
+from metakernel.paths import problems_dir, families_dir, guides_dir
 print(json.dumps({"pkg": metakernel.__file__, "agents": metakernel.agents.__file__,
                   "analysis": metakernel.analysis.__file__, "problems": len(list(problems_dir().glob("*/*.py"))),
-                  "families": len(list(families_dir().glob("*.yaml")))}))
+                  "families": len(list(families_dir().glob("*.yaml"))),
+                  "guides": sorted(p.name for p in guides_dir().glob("*.md"))}))
 """
 
 
@@ -48,3 +49,4 @@ def test_wheel_install_carries_packages_and_problem_data(tmp_path):
         assert Path(found[key]).is_relative_to(site), found
     assert found["problems"] == len(list((ROOT / "problems").glob("*/*.py")))
     assert found["families"] == 6
+    assert found["guides"] == ["cute.md", "tirx.md"]

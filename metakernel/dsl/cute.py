@@ -43,18 +43,14 @@ import sys
 import threading
 import types
 from collections.abc import Callable
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 from metakernel.dsl.base import LaunchGate
+from metakernel.paths import guides_dir
 
 ARCH = "sm_90a"
 
-_GUIDE_CANDIDATES = (
-    Path(__file__).resolve().parents[2] / "docs" / "guides" / "cute.md",
-    Path.cwd() / "docs" / "guides" / "cute.md",
-)
 
 
 # ------------------------------------------------------------------------------------------------ hook state
@@ -532,11 +528,8 @@ class CuteAdapter:
         return clean_error_text(text)
 
     def guide(self) -> str:
-        """The agent-facing guide, docs/guides/cute.md."""
-        for path in _GUIDE_CANDIDATES:
-            if path.is_file():
-                return path.read_text(encoding="utf-8")
-        raise FileNotFoundError("docs/guides/cute.md not found next to the metakernel package")
+        """The agent-facing guide, docs/guides/cute.md (shipped in wheels as package data)."""
+        return (guides_dir() / "cute.md").read_text(encoding="utf-8")
 
     def is_compile_error(self, exc: BaseException) -> bool:
         """CuTe compiles on the first call of solve: its DSL errors then are compile errors, not runtime ones."""

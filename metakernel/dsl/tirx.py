@@ -38,9 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from metakernel.dsl.base import LaunchGate
+from metakernel.paths import guides_dir
 
 # docs/ is not package data: the guide is read from the checkout (or METAKERNEL_GUIDES_DIR).
-GUIDE_PATH = Path(__file__).resolve().parents[2] / "docs" / "guides" / "tirx.md"
 DEFAULT_ARCH = "sm_90a"
 
 # Functions TVM itself looks up by name (export, system-lib, RPC): never gated.
@@ -526,9 +526,7 @@ class TirxAdapter:
 
     def guide(self) -> str:
         """The agent-facing guide, docs/guides/tirx.md (METAKERNEL_GUIDES_DIR overrides the folder)."""
-        folder = os.environ.get("METAKERNEL_GUIDES_DIR")
-        path = Path(folder) / "tirx.md" if folder else GUIDE_PATH
-        return path.read_text(encoding="utf-8")
+        return (guides_dir() / "tirx.md").read_text(encoding="utf-8")
 
     def is_dsl_kernel_name(self, name: str) -> bool:
         """Fallback for profiler attribution when `gate.kernel_names` is empty (binary-only modules).
