@@ -250,8 +250,11 @@ def floor_sensitivity(df: pd.DataFrame, *, floors: Sequence[float] = FLOORS, tau
         p = pairs(df, tau, f)
         lift = _pair_table(df, p, _lift, False)
         counts = _pair_table(df, p, _counts, False)
-        merged = lift.drop(columns="note").merge(
-            counts[["model", "direction", "n_informative", "helped", "harmed", "note"]], on=["model", "direction"])
+        # An empty attempt table gives column-less frames; reindex so the merge still has its keys.
+        count_cols = ["model", "direction", "n_informative", "helped", "harmed", "note"]
+        lift = lift.reindex(columns=list(dict.fromkeys(["model", "direction", *lift.columns])))
+        merged = lift.drop(columns="note", errors="ignore").merge(counts.reindex(columns=count_cols),
+                                                                   on=["model", "direction"])
         flips = p[p["skill_passed"] != p["solo_passed"]].groupby(["model", "direction"]).size()
         merged["n_flips"] = [int(flips.get((m, d), 0)) for m, d in zip(merged["model"], merged["direction"],
                                                                           strict=True)]

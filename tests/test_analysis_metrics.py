@@ -480,3 +480,13 @@ def test_naive_standing_shows_regression_to_the_mean_independent_does_not() -> N
         sel = st.naive[st.naive["standing"] == s]
         helped, harmed = sel["helped"].sum(), sel["harmed"].sum()
         assert (helped > harmed) if s == "above" else (harmed > helped)
+
+
+def test_floor_sensitivity_of_an_empty_table_is_an_empty_table():
+    """Regression: an empty attempt table crashed floor_sensitivity (a column-less pair table has no 'note')."""
+    import pandas as pd
+    from metakernel.analysis import metrics
+    from metakernel.analysis.records import COLUMNS
+
+    out = metrics.floor_sensitivity(pd.DataFrame(columns=list(COLUMNS)))
+    assert out.empty and {"model", "direction", "floor"} <= set(out.columns)
