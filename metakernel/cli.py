@@ -45,6 +45,8 @@ def cli(ctx: click.Context, debug: bool) -> None:
       metakernel problems show 28
       metakernel problems validate              # all 74 on the CPU at small scale
       metakernel problems validate 1-18 --device cuda
+      metakernel eval 28 --dsl tirx kernel.py --dry-run
+      metakernel report --synthetic --out synthetic-report
     """
     ctx.obj = {"debug": debug}
 
