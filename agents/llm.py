@@ -1,0 +1,282 @@
+"""The LLM client of the attempt loop: one model, litellm underneath, our own retries.
+
+litellm is imported lazily so that importing this module does no network and stays fast; its cost map is pinned
+to the local copy (`LITELLM_LOCAL_MODEL_COST_MAP`) so that no import ever fetches one. Retries are ours, not
+litellm's or the OpenAI SDK's, so that every attempt is counted, Retry-After is honoured, and errors that a retry
+cannot fix (context window, authentication, bad request) fail at once with the provider's message.
+
+API keys are read from the environment at call time only: a `ModelSpec` holds the *name* of the variable, and no
+returned object carries the key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from metakernel.errors import UserError
+from metakernel.yamlio import load_yaml
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+UNPRICED = "unpriced"
+"""`LLMResponse.cost_status` when litellm has no price for the model (cost_usd is then None)."""
+
+
+class LLMError(Exception):
+    """A model call that failed for good; the message is the provider's, prefixed with the model."""
+
+    def __init__(self, message: str, attempts: int) -> None:
+        super().__init__(message)
+        self.attempts = attempts
+
+
+class NonRetryableLLMError(LLMError):
+    """An error no retry can fix: context window exceeded, authentication, or a bad request."""
+
+
+class RetriesExhaustedError(LLMError):
+    """Transient errors (rate limit, 5xx, timeout, connection) outlasted the retry budget."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How long to keep trying a transient failure; defaults suit hosted APIs, tests shrink them."""
+
+    max_retries: int = 6
+    base_backoff_s: float = 1.0
+    max_backoff_s: float = 60.0
+    max_total_wait_s: float = 300.0
+
+    def backoff_s(self, retry: int) -> float:
+        """Exponential backoff with full jitter for the `retry`-th retry (1-based), so clients don't synchronise."""
+        return random.uniform(0.0, min(self.max_backoff_s, self.base_backoff_s * 2 ** (retry - 1)))
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Which model to call and how: recorded with every experiment, so it must never hold a secret."""
+
+    model: str
+    api_base: str | None = None
+    api_key_env: str | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    timeout_s: float = 600.0
+    max_concurrency: int = 4
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+    @classmethod
+    def from_yaml(cls, path: Path) -> ModelSpec:
+        """Load a spec from YAML (keys as the fields; `retry` a mapping) and check the key variable is set."""
+        data = load_yaml(path)
+        if not isinstance(data, dict):
+            raise UserError("a model spec must be a mapping", str(path))
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise UserError(f"unknown model spec keys: {', '.join(map(str, unknown))}", str(path))
+        if "model" not in data:
+            raise UserError("a model spec needs `model`", str(path))
+        retry = data.pop("retry", None) or {}
+        try:
+            spec = cls(**data, retry=RetryPolicy(**retry))
+        except TypeError as exc:
+            raise UserError(f"bad model spec: {exc}", str(path)) from exc
+        spec.api_key()
+        return spec
+
+    def api_key(self) -> str | None:
+        """Read the key from its variable now (never cached), raising `UserError` naming a missing variable."""
+        if self.api_key_env is None:
+            return None
+        key = os.environ.get(self.api_key_env)
+        if not key:
+            raise UserError(f"environment variable {self.api_key_env} (API key for {self.model}) is not set")
+        return key
+
+    def sampling(self) -> dict[str, Any]:
+        """The sampling parameters that are set, as litellm keyword arguments."""
+        params = {"temperature": self.temperature, "max_tokens": self.max_tokens, "top_p": self.top_p}
+        params["seed"] = self.seed
+        return {k: v for k, v in params.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One tool call the model asked for; `arguments` is the raw JSON text, parsed by the tool layer."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class LLMResponse:
+    """One completed call: what the model said and what it cost (tokens, dollars when priced, time, attempts)."""
+
+    content: str | None
+    tool_calls: tuple[ToolCall, ...]
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float | None
+    cost_status: str
+    latency_s: float
+    attempts: int
+    finish_reason: str | None = None
+
+
+def _classify(exc: Exception) -> str:
+    """Return "fatal", "retry" or "unknown" for a litellm exception."""
+    from litellm import exceptions as lx
+
+    fatal = (
+        lx.ContextWindowExceededError,
+        lx.AuthenticationError,
+        lx.BadRequestError,
+        lx.PermissionDeniedError,
+        lx.NotFoundError,
+        lx.UnprocessableEntityError,
+    )
+    transient = (
+        lx.RateLimitError,
+        lx.ServiceUnavailableError,
+        lx.InternalServerError,
+        lx.BadGatewayError,
+        lx.Timeout,
+        lx.APIConnectionError,
+    )
+    if isinstance(exc, fatal):
+        return "fatal"
+    if isinstance(exc, transient):
+        return "retry"
+    status = getattr(exc, "status_code", None)
+    if isinstance(status, int) and (status >= 500 or status == 429):
+        return "retry"
+    return "unknown"
+
+
+def _retry_after_s(exc: Exception) -> float | None:
+    """The Retry-After header in seconds, if the provider sent one (HTTP-date forms are ignored)."""
+    candidates = [
+        getattr(exc, "litellm_response_headers", None),
+        getattr(getattr(exc, "response", None), "headers", None),
+    ]
+    for headers in candidates:
+        if not headers:
+            continue
+        try:
+            value = headers.get("retry-after") or headers.get("Retry-After")
+        except AttributeError:
+            continue
+        if value is None:
+            continue
+        try:
+            return max(0.0, float(value))
+        except (TypeError, ValueError):
+            continue
+    return None
+
+
+def _cost(response: Any) -> tuple[float | None, str]:
+    """Price the call from litellm's local cost map; an unknown model is recorded as unpriced, not as free."""
+    import litellm
+
+    litellm.suppress_debug_info = True  # else an unpriced model prints litellm's provider banner to stdout
+    try:
+        cost = litellm.completion_cost(completion_response=response)
+    except Exception:  # noqa: BLE001 - litellm raises plain exceptions for models it has no price for
+        return None, UNPRICED
+    return (float(cost), "priced") if cost else (None, UNPRICED)
+
+
+def _parse(response: Any, latency_s: float, attempts: int) -> LLMResponse:
+    """Turn litellm's ModelResponse into our frozen record."""
+    choice = response.choices[0]
+    message = choice.message
+    calls = tuple(
+        ToolCall(id=str(c.id), name=str(c.function.name), arguments=str(c.function.arguments or ""))
+        for c in (getattr(message, "tool_calls", None) or [])
+    )
+    usage = getattr(response, "usage", None)
+    cost_usd, cost_status = _cost(response)
+    return LLMResponse(
+        content=message.content,
+        tool_calls=calls,
+        prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+        completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+        cost_usd=cost_usd,
+        cost_status=cost_status,
+        latency_s=latency_s,
+        attempts=attempts,
+        finish_reason=getattr(choice, "finish_reason", None),
+    )
+
+
+class LLMClient:
+    """Calls one model with bounded concurrency and our own retry policy; make one client per model."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        spec.api_key()  # fail before any call if the key variable is missing
+        self.spec = spec
+        self._semaphore = asyncio.Semaphore(spec.max_concurrency)
+
+    def __repr__(self) -> str:
+        return f"LLMClient(model={self.spec.model!r})"
+
+    async def complete(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None
+    ) -> LLMResponse:
+        """One chat completion, retried on transient errors; raises `LLMError` subclasses when it gives up."""
+        import litellm
+
+        spec, policy = self.spec, self.spec.retry
+        kwargs: dict[str, Any] = {
+            "model": spec.model,
+            "messages": [dict(m) for m in messages],
+            "timeout": spec.timeout_s,
+            "num_retries": 0,  # retries are ours (see module docstring)
+            "max_retries": 0,  # and not the OpenAI SDK's either
+            **spec.sampling(),
+        }
+        if spec.api_base:
+            kwargs["api_base"] = spec.api_base
+        if tools:
+            kwargs["tools"] = [dict(t) for t in tools]
+        waited = 0.0
+        attempt = 0
+        async with self._semaphore:
+            while True:
+                attempt += 1
+                key = spec.api_key()
+                start = time.monotonic()
+                try:
+                    if key is None:
+                        response = await litellm.acompletion(**kwargs)
+                    else:
+                        response = await litellm.acompletion(**kwargs, api_key=key)
+                except Exception as exc:  # noqa: BLE001 - classified below, unknown ones re-raised
+                    kind = _classify(exc)
+                    message = f"{spec.model}: {type(exc).__name__}: {getattr(exc, 'message', None) or exc}"
+                    if kind == "fatal":
+                        raise NonRetryableLLMError(message, attempt) from exc
+                    if kind == "unknown":
+                        raise
+                    retry = attempt  # the retry this would be
+                    delay = _retry_after_s(exc)
+                    if delay is None:
+                        delay = policy.backoff_s(retry)
+                    if retry > policy.max_retries or waited + delay > policy.max_total_wait_s:
+                        raise RetriesExhaustedError(f"gave up after {attempt} attempts: {message}", attempt) from exc
+                    waited += delay
+                    await asyncio.sleep(delay)
+                    continue
+                return _parse(response, time.monotonic() - start, attempt)
