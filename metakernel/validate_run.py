@@ -8,7 +8,6 @@ matches the file's current content hash, device and scale.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ import click
 
 from metakernel.catalog import load_catalog
 from metakernel.errors import UserError
+from metakernel.jsonio import write_json_atomic
 from metakernel.provenance import provenance
 from metakernel.validate import ProblemReport, validate_problem
 
@@ -37,10 +37,7 @@ def _load_report(path: Path) -> dict[str, Any] | None:
 
 
 def _write_report(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_json_atomic(path, data)
 
 
 def _summarise(data: dict[str, Any], catalog_issues: list[str]) -> None:

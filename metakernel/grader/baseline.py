@@ -21,6 +21,7 @@ from metakernel.expected import fresh_copies
 from metakernel.grader.report import Timing
 from metakernel.grader.timing import measure
 from metakernel.grader.worker import Worker, WorkerFailure
+from metakernel.jsonio import write_json_atomic
 from metakernel.problem import Problem
 
 
@@ -66,8 +67,5 @@ def eager_timing(problem: Problem, device: str, scale: str, *, kind: str, option
         return None
     finally:
         worker.close()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"problem": problem.identity, "kind": kind, "timing": asdict(timing)}))
-    os.replace(tmp, path)
+    write_json_atomic(path, {"problem": problem.identity, "kind": kind, "timing": asdict(timing)}, indent=None)
     return timing

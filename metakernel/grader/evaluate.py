@@ -118,10 +118,10 @@ class Evaluation:
         self.report.phases_s["import"] = ready.get("import_s", 0.0) + ready.get("dsl_import_s", 0.0)
 
     def call(self, inputs: list[Any], expected: Expected | None, mode: str = "run", op: str = "call",
-             want_outputs: bool = True) -> dict[str, Any]:
+             want_outputs: bool = True, audit: bool = False) -> dict[str, Any]:
         assert self.worker is not None
         self.pattern = 0x7F if self.pattern == 0xFF else 0xFF
-        msg = {"op": op, "inputs": inputs, "mode": mode, "return_outputs": want_outputs,
+        msg = {"op": op, "inputs": inputs, "mode": mode, "return_outputs": want_outputs, "audit": audit,
                "poison": 2 * _outputs_nbytes(expected) if expected is not None else 0, "pattern": self.pattern,
                "flush_l2": self.o.flush_l2}
         try:
@@ -205,15 +205,7 @@ class Evaluation:
         """Catch token kernels: a DSL launch handed the finished answer (e.g. an eager result it merely copies)."""
         inputs = _draw(self.problem, self.device, self.scale)
         expected = compute_expected(self.problem, inputs)
-        sent = fresh_copies(self.problem, inputs)
-        assert self.worker is not None
-        msg = {"op": "call", "inputs": sent, "mode": "run", "audit": True, "return_outputs": False}
-        try:
-            reply = self.worker.request(msg, timeout=self.o.call_timeout_s)
-        except WorkerFailure as exc:
-            self.end(exc.status, "crash", exc.text)
-        if not reply.get("ok"):
-            self.end(reply.get("status", "runtime_error"), "exception", f"solve raised:\n{reply.get('error', '')}")
+        reply = self.call(fresh_copies(self.problem, inputs), expected, want_outputs=False, audit=True)
         for launch, tensors in enumerate(reply.get("audited") or []):
             for arg in tensors:
                 for name in (*expected.names, *expected.mutated):
