@@ -32,6 +32,8 @@ def main() -> int:
     parser.add_argument("--out", default="validation/h200-grader-bench.json")
     parser.add_argument("--budget", type=float, default=480.0, help="seconds before stopping (resume later)")
     parser.add_argument("--flush-l2", action="store_true", help="grade with the L2 flush before every timed call")
+    parser.add_argument("--spin-ms", type=float, default=GradeOptions.spin_ms,
+                        help="GPU kept busy before each timed call (0 = off, the behaviour before the fix)")
     args = parser.parse_args()
     out = Path(args.out)
     data = json.loads(out.read_text()) if out.is_file() else {"provenance": provenance(), "solutions": {}}
@@ -39,8 +41,8 @@ def main() -> int:
     wanted = {int(x) for x in args.only.split(",") if x.strip()}
     catalog = load_catalog()
     started = time.monotonic()
-    options = GradeOptions(flush_l2=args.flush_l2)
-    data.setdefault("options", {})["flush_l2"] = args.flush_l2
+    options = GradeOptions(flush_l2=args.flush_l2, spin_ms=args.spin_ms)
+    data.setdefault("options", {}).update(flush_l2=args.flush_l2, spin_ms=args.spin_ms)
     for sol in gold.discover():
         if sol.kind != "gold" or (wanted and sol.number not in wanted) or sol.key in data["solutions"]:
             continue

@@ -30,7 +30,7 @@ def cache_dir() -> Path:
     return Path(os.environ.get("METAKERNEL_CACHE_DIR") or Path.home() / ".cache" / "metakernel")
 
 
-def _key(problem: Problem, device: str, scale: str, kind: str, flush: bool) -> str:
+def _key(problem: Problem, device: str, scale: str, kind: str, flush: str) -> str:
     gpu = torch.cuda.get_device_name(0) if device == "cuda" and torch.cuda.is_available() else "cpu"
     raw = json.dumps([problem.content_hash, problem.version, gpu, torch.__version__, device, scale, kind, flush])
     return hashlib.sha256(raw.encode()).hexdigest()[:24]
@@ -39,7 +39,7 @@ def _key(problem: Problem, device: str, scale: str, kind: str, flush: bool) -> s
 def eager_timing(problem: Problem, device: str, scale: str, *, kind: str, options: Any,
                  use_cache: bool = True) -> Timing | None:
     """Median time of the reference (kind "eager") or its torch.compile form (kind "compile")."""
-    key = _key(problem, device, scale, kind, options.flush_l2)
+    key = _key(problem, device, scale, kind, f"{options.flush_l2}-{options.spin_ms}")
     path = cache_dir() / "baselines" / f"{problem.nn}-{kind}-{key}.json"
     if use_cache and path.is_file():
         return Timing(**json.loads(path.read_text())["timing"])
@@ -55,7 +55,8 @@ def eager_timing(problem: Problem, device: str, scale: str, *, kind: str, option
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
             reply = worker.request({"op": "time", "inputs": sent, "return_outputs": False,
-                                    "flush_l2": options.flush_l2}, timeout=options.call_timeout_s)
+                                    "flush_l2": options.flush_l2, "spin_ms": options.spin_ms},
+                                   timeout=options.call_timeout_s)
             if not reply.get("ok"):
                 raise WorkerFailure(reply.get("status", "runtime_error"), reply.get("error", ""))
             reply["wall_s"] = time.perf_counter() - t0

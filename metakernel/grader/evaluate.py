@@ -44,6 +44,7 @@ class GradeOptions:
     rse_target: float = 0.005
     rechecks: int = 3
     flush_l2: bool = False
+    spin_ms: float = 10.0  # GPU kept busy before each timed call (child.Child.spin says why)
     call_timeout_s: float = 120.0
     start_timeout_s: float = 300.0
     scale: str | None = None
@@ -123,7 +124,7 @@ class Evaluation:
         self.pattern = 0x7F if self.pattern == 0xFF else 0xFF
         msg = {"op": op, "inputs": inputs, "mode": mode, "return_outputs": want_outputs, "audit": audit,
                "poison": 2 * _outputs_nbytes(expected) if expected is not None else 0, "pattern": self.pattern,
-               "flush_l2": self.o.flush_l2}
+               "flush_l2": self.o.flush_l2, "spin_ms": self.o.spin_ms}
         try:
             reply = self.worker.request(msg, timeout=self.o.call_timeout_s)
         except WorkerFailure as exc:
