@@ -16,7 +16,7 @@ import os
 import random
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -75,8 +75,11 @@ class ModelSpec:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
 
     @classmethod
-    def from_yaml(cls, path: Path) -> ModelSpec:
-        """Load a spec from YAML (keys as the fields; `retry` a mapping) and check the key variable is set."""
+    def from_yaml(cls, path: Path, *, check_key: bool = True) -> ModelSpec:
+        """Load a spec from YAML (keys as the fields; `retry` a mapping) and check the key variable is set.
+
+        `check_key=False` skips the key check for a replay, which never calls the model and so needs no key.
+        """
         data = load_yaml(path)
         if not isinstance(data, dict):
             raise UserError("a model spec must be a mapping", str(path))
@@ -91,7 +94,8 @@ class ModelSpec:
             spec = cls(**data, retry=RetryPolicy(**retry))
         except TypeError as exc:
             raise UserError(f"bad model spec: {exc}", str(path)) from exc
-        spec.api_key()
+        if check_key:
+            spec.api_key()
         return spec
 
     def api_key(self) -> str | None:
@@ -132,6 +136,23 @@ class LLMResponse:
     latency_s: float
     attempts: int
     finish_reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready form (tool calls as a list of mappings), so a recorded call can be replayed exactly."""
+        data = asdict(self)
+        data["tool_calls"] = [asdict(c) for c in self.tool_calls]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LLMResponse:
+        """Inverse of `to_dict`; unknown keys are an error so a record from a newer schema is not half-read."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown LLMResponse fields: {', '.join(unknown)}")
+        values = dict(data)
+        values["tool_calls"] = tuple(ToolCall(**c) for c in values.get("tool_calls") or ())
+        return cls(**values)
 
 
 def _classify(exc: Exception) -> str:

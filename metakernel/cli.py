@@ -265,6 +265,17 @@ def report_cmd(experiment: Path | None, formats: tuple[str, ...], out_dir: Path 
             click.echo(f"wrote {fmt}: {p}")
 
 
+def _add_groups() -> None:
+    from metakernel.cli_docs import docs
+    from metakernel.cli_skills import skills
+
+    cli.add_command(docs)
+    cli.add_command(skills)
+
+
+_add_groups()
+
+
 def main(argv: list[str] | None = None) -> Any:
     """Console-script entry: one-line errors with exit code 2 unless --debug."""
     _load_dotenv()
