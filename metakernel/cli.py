@@ -195,14 +195,6 @@ def eval_cmd(number: int, kernel: Path, dsl: str, device: str, dry_run: bool, dr
     sys.exit(0 if report.passed else 1)
 
 
-@cli.command("run", context_settings=CONTEXT)
-@click.argument("args", nargs=-1)
-def run_cmd(args: tuple[str, ...]) -> None:
-    """Run a transfer experiment (the attempt loop: not in this version yet)."""
-    raise UserError("the attempt loop (`metakernel run`) is not built yet; today `metakernel problems validate` "
-                    "is the main job (see README.md, 'What works today')")
-
-
 #: The demo experiment of `metakernel report --synthetic`: fixed seed, a planted lift in cute2tirx only (faster
 #: kernels, log effect 0.5, and more passes, +1 on the logit: a speed effect alone drowns in pass/fail flips at 24
 #: problems).
@@ -267,10 +259,13 @@ def report_cmd(experiment: Path | None, formats: tuple[str, ...], out_dir: Path 
 
 def _add_groups() -> None:
     from metakernel.cli_docs import docs
+    from metakernel.cli_run import regrade_cmd, run_cmd
     from metakernel.cli_skills import skills
 
     cli.add_command(docs)
     cli.add_command(skills)
+    cli.add_command(run_cmd)
+    cli.add_command(regrade_cmd)
 
 
 _add_groups()

@@ -44,7 +44,7 @@ class GradeOptions:
     rse_target: float = 0.005
     rechecks: int = 3
     flush_l2: bool = False
-    spin_ms: float = 10.0  # GPU kept busy before each timed call (child.Child.spin says why)
+    spin_ms: float = 2.0  # GPU kept busy before each timed call (child.Child.spin says why)
     call_timeout_s: float = 120.0
     start_timeout_s: float = 300.0
     scale: str | None = None

@@ -1,0 +1,158 @@
+"""Where submissions are graded: one interface for the attempt loop, the GPU grader or a labelled CPU stand-in.
+
+The attempt loop only knows `Executor.grade` (a full evaluation, bounded by grading slots, with the time spent
+queueing for a slot reported separately because the budget must not count it) and `Executor.check` (the free CPU dry
+run). `LocalExecutor` runs the real grader on this machine's GPU; `StandInExecutor` exists because CPU CI has no GPU:
+it runs the real dry run (static rules, import, compile for sm_90a, launches intercepted, output structure) and then
+invents nothing it could pass off as a measurement -- its reports say `stand_in`, and every attempt it grades is
+stored as synthetic, so no report can present those numbers as results.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from metakernel.grader.report import GradeReport, Timing
+from metakernel.problem import Problem
+
+
+@dataclass
+class Graded:
+    """A grade plus the two clocks the budget needs apart: waiting for a slot and grading."""
+
+    report: GradeReport
+    queue_s: float
+    grade_s: float
+
+
+class Executor(Protocol):
+    """What the attempt loop grades through."""
+
+    name: str
+    slots: int
+    synthetic: bool
+
+    async def grade(self, problem: Problem, dsl: str, kernel: Path) -> Graded:
+        """A full evaluation in a fresh child (correctness, rules, timing); never raises for the candidate."""
+        ...
+
+    async def check(self, problem: Problem, dsl: str, kernel: Path) -> GradeReport:
+        """The free CPU dry run."""
+        ...
+
+
+class _Slots:
+    """Grading slots: one per GPU, because two gradings on one GPU would time each other."""
+
+    def __init__(self, slots: int) -> None:
+        self.slots = slots
+        self._semaphore = asyncio.Semaphore(slots)
+
+    async def run(self, fn, *args):  # type: ignore[no-untyped-def]
+        queued = time.monotonic()
+        async with self._semaphore:
+            started = time.monotonic()
+            result = await asyncio.to_thread(fn, *args)
+            return result, started - queued, time.monotonic() - started
+
+
+class LocalExecutor:
+    """The real grader on this machine's GPU.
+
+    One slot: the grader makes inputs in the parent on the first visible GPU and hands them to the child by CUDA
+    IPC, so gradings on several GPUs of one host would need per-slot devices end to end (not built yet; on a
+    multi-GPU host run one experiment per GPU with CUDA_VISIBLE_DEVICES).
+    """
+
+    name = "local"
+    synthetic = False
+
+    def __init__(self, device: str = "cuda") -> None:
+        self.device = device
+        self._slots = _Slots(1)
+        self.slots = 1
+        self._checks = asyncio.Semaphore(2)
+
+    async def grade(self, problem: Problem, dsl: str, kernel: Path) -> Graded:
+        """See `Executor.grade`."""
+        from metakernel.grader.evaluate import grade
+
+        report, queue_s, grade_s = await self._slots.run(grade, problem, dsl, kernel, self.device)
+        return Graded(report, queue_s, grade_s)
+
+    async def check(self, problem: Problem, dsl: str, kernel: Path) -> GradeReport:
+        """See `Executor.check`."""
+        from metakernel.grader.evaluate import dry_run
+
+        async with self._checks:
+            return await asyncio.to_thread(dry_run, problem, dsl, kernel)
+
+
+class StandInExecutor:
+    """CPU stand-in for the GPU step: the real dry run, then a report that is plainly not a measurement.
+
+    A kernel that passes the dry run is reported `passed` with reason `stand_in` and a speedup derived from its
+    hash (deterministic, so record and replay see the same text); anything the dry run rejects keeps its real
+    status. Dry runs are memoised by (problem, dsl, kernel hash): the final re-grade of an already graded kernel
+    would prove nothing new on a CPU.
+    """
+
+    name = "stand-in"
+    synthetic = True
+    #: Process-wide: a kernel file's dry run does not change between experiments run in one process.
+    _memo: dict[tuple[int, str, str], GradeReport] = {}
+
+    def __init__(self, slots: int = 1) -> None:
+        self.slots = slots
+        self._slots = _Slots(slots)
+
+    def _dry(self, problem: Problem, dsl: str, kernel: Path) -> GradeReport:
+        from metakernel.grader.evaluate import dry_run
+
+        sha = hashlib.sha256(kernel.read_bytes()).hexdigest() if kernel.is_file() else "missing"
+        key = (problem.number, dsl, sha)
+        if key not in self._memo:
+            self._memo[key] = dry_run(problem, dsl, kernel)
+        return self._memo[key]
+
+    async def check(self, problem: Problem, dsl: str, kernel: Path) -> GradeReport:
+        """See `Executor.check`."""
+        return await asyncio.to_thread(self._dry, problem, dsl, kernel)
+
+    async def grade(self, problem: Problem, dsl: str, kernel: Path) -> Graded:
+        """See `Executor.grade`."""
+        dry, queue_s, grade_s = await self._slots.run(self._dry, problem, dsl, kernel)
+        report = GradeReport(**{**dry.__dict__})
+        report.device = "cpu-stand-in"
+        if dry.passed:
+            speedup = 0.5 + int(dry.kernel_sha256[:8] or "0", 16) % 250 / 100.0
+            median = 100.0
+            report.reason = "stand_in"
+            report.message = ("CPU stand-in: imports, compiles and returns the right structure; values and speed "
+                              "were NOT measured (no GPU here)")
+            report.timing = Timing(median_us=median, mean_us=median, stdev_us=0.0, min_us=median, n=1, rse=0.0,
+                                   host_median_us=median, wall_s=0.0)
+            report.eager = Timing(median_us=median * speedup, mean_us=median * speedup, stdev_us=0.0,
+                                  min_us=median * speedup, n=1, rse=0.0, host_median_us=median * speedup, wall_s=0.0)
+            report.speedup = speedup
+            report.integrity = ["stand-in: no GPU; the speedup is a placeholder derived from the kernel's hash"]
+        return Graded(report, queue_s, grade_s)
+
+
+def make_executor(name: str) -> Executor:
+    """`local` (the GPU grader) or `stand-in` (CPU CI)."""
+    from metakernel.errors import UserError
+
+    if name == "local":
+        return LocalExecutor()
+    if name == "stand-in":
+        return StandInExecutor()
+    raise UserError(f"unknown executor {name!r} (known: local, stand-in)")
+
+
+__all__ = ["Executor", "Graded", "LocalExecutor", "StandInExecutor", "make_executor"]
