@@ -215,19 +215,19 @@ def report_cmd(experiment: Path | None, formats: tuple[str, ...], out_dir: Path 
                synthetic: bool) -> None:
     """Write the analysis report (Markdown, HTML, JSON and PNG plots) of an experiment.
 
-    EXPERIMENT is, until the attempt store exists, an attempt table (.csv or .json records) or a directory
-    holding attempts.csv. --synthetic reports on a generated experiment instead, with a planted effect in
-    cute2tirx; every output then says SYNTHETIC DATA first.
+    EXPERIMENT is an experiment directory (`metakernel run --experiment`), an exported bundle (`metakernel
+    export`) or its results.json, or an attempt table (.csv or .json records). --synthetic reports on a
+    generated experiment instead, with a planted effect in cute2tirx; every output then says SYNTHETIC DATA first.
 
     \b
     Examples:
       metakernel report --synthetic --out demo
-      metakernel report runs/exp1/attempts.csv --format md --format json
       metakernel report runs/exp1 --format md,html --tau 0.1
+      metakernel report runs/exp1-export/results.json --format md --format json
     """
     # Cheap checks first: the analysis imports (pandas, scipy, matplotlib) take seconds.
     if synthetic == (experiment is not None):
-        raise UserError("give either EXPERIMENT (an attempt table or a directory with attempts.csv) or --synthetic")
+        raise UserError("give either EXPERIMENT (an experiment, an export bundle or an attempt table) or --synthetic")
     if experiment is not None and not experiment.exists():
         raise UserError("no such file or directory", str(experiment))
     if tau < 0:
@@ -259,6 +259,7 @@ def report_cmd(experiment: Path | None, formats: tuple[str, ...], out_dir: Path 
 
 def _add_groups() -> None:
     from metakernel.cli_docs import docs
+    from metakernel.cli_results import export
     from metakernel.cli_run import regrade_cmd, run_cmd
     from metakernel.cli_skills import skills
 
@@ -266,6 +267,7 @@ def _add_groups() -> None:
     cli.add_command(skills)
     cli.add_command(run_cmd)
     cli.add_command(regrade_cmd)
+    cli.add_command(export)
 
 
 _add_groups()

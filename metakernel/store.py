@@ -262,6 +262,12 @@ class Store:
                          response.cost_usd, response.cost_status, response.latency_s, response.attempts,
                          response.finish_reason, int(replayed), now()))
 
+    def llm_calls(self, attempt_id: str | None = None) -> list[dict[str, Any]]:
+        """Model-call rows (tokens, dollars, latency) of one attempt or of all, in turn order."""
+        if attempt_id is None:
+            return self._rows("SELECT * FROM llm_calls ORDER BY attempt_id, turn")
+        return self._rows("SELECT * FROM llm_calls WHERE attempt_id=? ORDER BY turn", (attempt_id,))
+
     def llm_costs(self, attempt_id: str) -> list[float | None]:
         """Dollars of each model call of the attempt's current try (None: unpriced)."""
         return [r["cost_usd"] for r in self._rows("SELECT cost_usd FROM llm_calls WHERE attempt_id=?", (attempt_id,))]

@@ -109,3 +109,33 @@ def _children() -> list[int]:
             if fields[1] == me:
                 found.append(int(entry))
     return found
+
+
+@pytest.mark.llm_local
+def test_smollm2_drives_one_attempt_within_budget(tmp_path):
+    """A whole attempt against the real SmolLM2 server: whatever it writes, the loop survives and stops in budget."""
+    import json
+    import subprocess
+    import sys
+
+    exp = tmp_path / "smollm2"
+    cmd = [sys.executable, "-m", "metakernel", "run", "--model", "local/smollm2", "--problems", "28",
+           "--direction", "cute2tirx", "--replicates", "1", "--trials", "p28_r1_solo_cute", "--submissions", "3",
+           "--turns", "8", "--wall", "10m", "--executor", "stand-in", "--no-docs", "--experiment", str(exp),
+           "--json"]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=900,
+                            env={**os.environ, "CUTE_DSL_ARCH": "sm_90a"})
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    from metakernel.store import Store
+
+    with Store(exp) as store:
+        (row,) = store.attempts()
+        calls = store.llm_calls(row["attempt_id"])
+    assert row["state"] == "done" and row["turns"] <= 8 + 2  # the budget plus the wrap-up turns at most
+    assert row["submissions"] <= 3 and row["ended_by"] in ("turns", "submissions", "finish", "wall", "context_window")
+    assert len(calls) == row["turns"] and all(c["completion_tokens"] > 0 for c in calls)
+    events = [json.loads(x) for x in (exp / "attempts" / row["attempt_id"] / "transcript.jsonl").read_text()
+              .splitlines()]
+    print(f"\nSmolLM2 attempt: {row['turns']} turns, {row['submissions']} submissions, status {row['status']}, "
+          f"ended by {row['ended_by']}, {row['wall_s']:.1f} s; tool results: "
+          + ", ".join(str(e.get('tool')) for e in events if e["type"] == "tool"))

@@ -236,3 +236,108 @@ def test_cli_diff_accepts_files_and_attempt_directories(tree):
     assert result.output == "identical\n"
     result = runner.invoke(skills, ["diff", str(one), str(tree / "m")])
     assert isinstance(result.exception, UserError) and "no such file" in str(result.exception)
+
+
+# ------------------------------------------------------------------------------------------- list/show (store)
+
+
+@pytest.fixture
+def experiment(tmp_path):
+    from tests.test_export import make_experiment
+
+    return make_experiment(tmp_path / "exp")
+
+
+def test_skill_outcomes_name_the_pair_each_solo_skill_fed(experiment):
+    """Invariant: a solo attempt r's skill is judged by skill arm r vs target solo r, exactly as the report's pairs."""
+    from metakernel.export import skill_outcomes
+    from metakernel.store import Store
+    from tests.test_export import MODEL, SLUG
+
+    with Store(experiment) as store:
+        found = {r["address"]: r for r in skill_outcomes(store)}
+        assert skill_outcomes(store, model="someone/else") == []
+        assert len(skill_outcomes(store, model=SLUG)) == len(found) == 8
+    expected = {  # source address -> (pair class, c_skill, c_solo, skill tier, solo tier)
+        "p01_r1_solo_cute": ("helped", 1.5, 1.0, 3, 3),
+        "p01_r1_solo_tirx": ("harmed", 0.05, 2.0, 0, 4),
+        "p01_r2_solo_tirx": ("neutral", 0.051, 0.05, 1, 0),
+        "p28_r1_solo_cute": ("both_failed", 0.05, 0.05, 0, 0),
+        "p28_r1_solo_tirx": ("helped", 3.0, 0.05, 4, 0),
+        "p28_r2_solo_cute": ("neutral", 1.21, 1.2, 3, 3),
+    }
+    for address, (cls, c_skill, c_solo, t_skill, t_solo) in expected.items():
+        rec = found[address]
+        assert (rec["pair_class"], rec["skill_tier"], rec["solo_tier"]) == (cls, t_skill, t_solo), address
+        assert rec["c_skill"] == pytest.approx(c_skill) and rec["c_solo"] == pytest.approx(c_solo), address
+    tirx = found["p01_r1_solo_tirx"]
+    assert tirx["direction"] == "tirx2cute" and tirx["fed"] == f"{SLUG}/p01_r1_tirx2cute_skill"
+    assert tirx["compared_with"] == f"{SLUG}/p01_r1_solo_cute" and tirx["model"] == MODEL
+    assert tirx["source_status"] == "passed" and tirx["source_speedup"] == 1.0 and tirx["source_tier"] == 3
+    assert found["p28_r2_solo_tirx"]["pair_class"] == "pending"  # its skill arm failed on infrastructure
+    own = found["p01_r1_cute2tirx_skill"]  # a skill arm's own SKILL.md feeds nothing
+    assert own["fed"] is None and own["pair_class"] is None and own["source_tier"] == 3
+    cut = found["p28_r1_solo_cute"]
+    assert cut["truncated"] and cut["original_bytes"] == 20000 and cut["lint_findings"] == 1
+    assert cut["source_status"] == "compile_error" and cut["source_speedup"] is None
+
+
+def test_cli_list_prints_one_row_per_skill_with_its_pair(experiment):
+    from tests.test_export import SLUG
+
+    runner = CliRunner()
+    result = runner.invoke(skills, ["list", str(experiment)])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].split() == ["ATTEMPT", "MODEL", "ARM", "SOURCE", "SRC_TIER", "BYTES", "TRUNC", "LINT", "PAIR",
+                                "C_SKILL", "C_SOLO", "TIERS"]
+    rows = {line.split()[0]: line.split() for line in lines[1:-1]}
+    assert len(rows) == 8
+    assert rows["p01_r1_solo_tirx"][3:] == ["passed", "1.00x", "3", "147", "no", "0", "harmed", "0.05", "2.00", "0/4"]
+    assert rows["p28_r1_solo_cute"][3:] == ["compile_error", "0", "147", "yes", "1", "both_failed", "0.05", "0.05",
+                                            "0/0"]
+    assert rows["p01_r1_cute2tirx_skill"][-4:] == ["—", "—", "—", "—"]
+    assert lines[-1] == "8 skills; pairs fed: 1 both_failed, 1 harmed, 2 helped, 2 neutral, 1 pending"
+    data = json.loads(runner.invoke(skills, ["list", str(experiment), "--json", "--model", SLUG]).output)
+    assert [r["address"] for r in data] == [line.split()[0] for line in lines[1:-1]]
+    assert {r["pair_class"] for r in data} == {"helped", "harmed", "neutral", "both_failed", "pending", None}
+    result = runner.invoke(skills, ["list", str(experiment), "--model", "nope"])
+    assert isinstance(result.exception, UserError) and "unknown model 'nope' (models: acme/coder-1)" in str(
+        result.exception)
+    result = runner.invoke(skills, ["list", str(experiment.parent)])
+    assert isinstance(result.exception, UserError) and "not an experiment directory" in str(result.exception)
+
+
+def test_cli_show_prints_header_findings_and_text(experiment):
+    from tests.test_export import MODEL, SLUG
+
+    runner = CliRunner()
+    result = runner.invoke(skills, ["show", str(experiment), "p28_r1_solo_cute"])
+    assert result.exit_code == 0, result.output
+    head, _, text = result.output.partition("\n\n")
+    assert head.splitlines() == [
+        f"# {SLUG}/p28_r1_solo_cute  (model {MODEL}, problem 28 mlp_norm, arm solo_cute, replicate 1)",
+        "# source: compile_error, tier 0",
+        "# skill: 147 bytes, truncated from 20000, sha256 abababababab",
+        f"# fed: {SLUG}/p28_r1_cute2tirx_skill vs {SLUG}/p28_r1_solo_tirx (cute2tirx): both_failed, c_skill 0.05, "
+        "c_solo 0.05, tiers 0/0",
+        "# lint: 1 finding",
+        "#   line 3: [dsl-identifier] names cute.make_layout",
+    ]
+    assert text.startswith("# Wide row reductions") and text.endswith("<!-- p28_r1_solo_cute -->\n")
+    full = runner.invoke(skills, ["show", str(experiment), f"{SLUG}/p28_r1_solo_cute", "--model", MODEL])
+    assert full.output == result.output
+    pending = runner.invoke(skills, ["show", str(experiment), "p28_r2_solo_tirx"]).output
+    assert "(tirx2cute): pending\n" in pending
+    own = runner.invoke(skills, ["show", str(experiment), "p01_r1_cute2tirx_skill"]).output
+    assert "# fed: no pair" in own
+
+
+def test_cli_show_unknown_address_lists_close_ones(experiment):
+    runner = CliRunner()
+    result = runner.invoke(skills, ["show", str(experiment), "p28_r1_solo_cut"])
+    assert isinstance(result.exception, UserError)
+    assert "no skill at 'p28_r1_solo_cut'; close: p28_r1_solo_cute" in str(result.exception)
+    result = runner.invoke(skills, ["show", str(experiment), "p01_r2_solo_cute"])  # wrote no skill
+    assert isinstance(result.exception, UserError)
+    assert "attempt 'p01_r2_solo_cute' wrote no SKILL.md (state done, status wrong); close: " in str(result.exception)
