@@ -83,7 +83,20 @@ def run_cmd(models: tuple[str, ...], direction: str, problems: str, replicates: 
     if dry_run:
         click.echo(exp.estimate_text(exp.done_keys()))
         return
-    summary = asyncio.run(exp.run(["metakernel", *sys.argv[1:]], echo=click.echo))
+    argv = ["metakernel", *sys.argv[1:]]
+    if sys.stdout.isatty():
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        columns = (TextColumn("attempts"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, transient=True) as bar:
+            task = bar.add_task("attempts", total=len(exp.order))
+            def echo(line: str) -> None:
+                bar.console.print(line, markup=False, highlight=False)
+
+            summary = asyncio.run(exp.run(argv, echo=echo,
+                                          progress=lambda done, total: bar.update(task, completed=done)))
+    else:
+        summary = asyncio.run(exp.run(argv, echo=click.echo))
     if as_json:
         click.echo(json.dumps(summary, indent=1))
     else:

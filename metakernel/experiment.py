@@ -123,8 +123,13 @@ class Experiment:
         }
 
     # -------------------------------------------------------------------------------------------- run
-    async def run(self, argv: list[str], echo: Callable[[str], None] = print) -> dict[str, Any]:
-        """Run (or resume) the experiment; returns a summary. Safe to kill at any point and run again."""
+    async def run(self, argv: list[str], echo: Callable[[str], None] = print,
+                  progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+        """Run (or resume) the experiment; returns a summary. Safe to kill at any point and run again.
+
+        `echo` gets one line per finished attempt (a log a person can grep); `progress(finished, total)` drives a
+        progress bar when the caller has a terminal.
+        """
         from metakernel.agents.attempt import AttemptSetup, InfraFailure, run_attempt
         from metakernel.agents.models import model_runtime, open_client
         from metakernel.agents.replay import ReplayCache
@@ -212,6 +217,8 @@ class Experiment:
                     counts["infra_error"] += 1
             finally:
                 events[key].set()
+                if progress is not None:
+                    progress(sum(e.is_set() for e in events.values()), total)
 
         try:
             async with contextlib.AsyncExitStack() as stack:
