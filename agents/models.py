@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import os
-import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,26 +28,11 @@ from metakernel.errors import UserError
 SPECS_DIR = Path(__file__).resolve().parent / "models"
 """Bundled YAML specs, addressed by file stem (``resolve_model("openai-gpt-4.1")``)."""
 
-_SLUG_OK = re.compile(r"[a-z0-9._-]")
-_SLUG_MAX = 80
-
-
 def model_slug(name: str) -> str:
-    """A filesystem-safe folder name for a model, unique per name.
+    """The folder name of a model's attempts: one rule, `metakernel.plan.model_slug`, re-exported here."""
+    from metakernel.plan import model_slug as _plan_slug
 
-    Lower-cased, every character outside ``[a-z0-9._-]`` replaced by ``-``; whenever that changes the name, a short
-    hash of the full name is appended so ``openai/gpt-4o`` and ``openai:gpt-4o`` never share a folder. The same rule
-    as `metakernel.plan.model_slug`, which names the attempt folders.
-    """
-    if not name or not name.strip():
-        raise UserError("a model name must not be empty")
-    slug = "".join(c if _SLUG_OK.fullmatch(c) else "-" for c in name.lower())
-    if slug.startswith("."):
-        slug = "-" + slug[1:]
-    slug = slug[:_SLUG_MAX]
-    if slug != name:
-        slug = f"{slug}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
-    return slug
+    return _plan_slug(name)
 
 
 def bundled_specs() -> list[str]:
