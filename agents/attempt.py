@@ -30,9 +30,10 @@ from metakernel.agents import prompts
 from metakernel.agents.llm import LLMResponse, NonRetryableLLMError, RetriesExhaustedError
 from metakernel.agents.tools import TOOLS, Request, from_text, from_tool_call
 
+from metakernel.budget import Budget
 from metakernel.executor import Executor, Graded
 from metakernel.grader.report import GradeReport
-from metakernel.plan import AttemptKey, Budget
+from metakernel.plan import AttemptKey
 from metakernel.problem import Problem
 from metakernel.skills import cap_skill, lint_skill
 from metakernel.store import Store

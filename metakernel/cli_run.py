@@ -68,8 +68,8 @@ def run_cmd(models: tuple[str, ...], direction: str, problems: str, replicates: 
       metakernel run --model anthropic/claude-sonnet-4-5 --problems moe --dry-run --experiment runs/x
     Kill it at any time; the same command resumes. Finished attempts are never redone.
     """
+    from metakernel.budget import Budget, parse_duration
     from metakernel.experiment import Experiment, RunConfig
-    from metakernel.plan import Budget, parse_duration
 
     if replicates < 1:
         raise UserError(f"--replicates must be at least 1, got {replicates}")

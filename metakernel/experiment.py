@@ -19,8 +19,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from metakernel.budget import Budget, SpendCap, estimate, litellm_prices, render
 from metakernel.errors import UserError
-from metakernel.plan import AttemptKey, Budget, SpendCap, build_plan, estimate, litellm_prices, order, render
+from metakernel.plan import AttemptKey, build_plan, order
 
 LLM_MODES = ("off", "record", "replay")
 #: Config keys that decide whether two runs into one directory are the same protocol (see Store.init_experiment).

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from metakernel.budget import Budget
 from metakernel.experiment import Experiment, RunConfig
-from metakernel.plan import Budget
 from metakernel.store import Store
 
 PROBLEMS = [28, 36]  # both have gold kernels in both DSLs

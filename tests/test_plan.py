@@ -10,20 +10,15 @@ from metakernel.analysis.records import ARMS as RECORD_ARMS
 from metakernel.analysis.records import DIRECTIONS as RECORD_DIRECTIONS
 from metakernel.analysis.records import DSL_OF_ARM
 
+from metakernel.budget import Budget, SpendCap, estimate, litellm_prices, parse_duration, render
 from metakernel.errors import UserError
 from metakernel.plan import (
     ARMS,
     AttemptKey,
-    Budget,
-    SpendCap,
     build_plan,
-    estimate,
-    litellm_prices,
     model_slug,
     order,
     parse_address,
-    parse_duration,
-    render,
 )
 
 M = "openai/gpt-4o"
