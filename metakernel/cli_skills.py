@@ -209,7 +209,10 @@ def skills_show(experiment: Path, address: str, model: str | None) -> None:
     from metakernel.store import Store
 
     with Store(experiment) as store:
-        text = store.skill(rec["attempt_id"]) or ""
+        text = store.skill(rec["attempt_id"])
+    if text is None:
+        text = (f"(the store indexes this skill, sha256 {rec['sha256'][:12]}, but its file "
+                f"attempts/{rec['attempt_id']}/SKILL.md is missing from this experiment directory)\n")
     click.echo(f"# {rec['attempt_id']}  (model {rec['model']}, problem {rec['problem']} {rec['family']}, "
                f"arm {rec['arm']}, replicate {rec['replicate']})")
     click.echo(f"# source: {_source(rec)}, tier {_num(rec['source_tier'], 'd')}")
