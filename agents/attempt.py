@@ -180,13 +180,8 @@ class Attempt:
         return await self._finish()
 
     def _out_of_budget(self) -> bool:
+        """Decide before each model call: hard limits end the attempt, soft ones open the wrap-up turns."""
         st, b = self.st, self.s.budget
-        if st.wrap_up is not None:
-            if st.wrap_turns >= WRAP_UP_TURNS:
-                st.ended_by = st.wrap_up
-                return True
-            st.wrap_turns += 1
-            return False
         hard = [("turns", b.turns is not None and st.turns >= b.turns),
                 ("tokens", b.tokens is not None and st.tokens_in + st.tokens_out >= b.tokens),
                 ("cost", b.cost_usd is not None and st.cost_usd >= b.cost_usd)]
@@ -194,14 +189,19 @@ class Attempt:
             if hit:
                 st.ended_by = name
                 return True
-        if self.elapsed() >= b.wall_s:
+        if st.wrap_up is None and self.elapsed() >= b.wall_s:
             self._enter_wrap_up("wall clock", "wall")
+        if st.wrap_up is not None:
+            if st.wrap_turns >= WRAP_UP_TURNS:
+                st.ended_by = st.wrap_up
+                return True
+            st.wrap_turns += 1
         return False
 
     def _enter_wrap_up(self, what: str, code: str) -> None:
         if self.st.wrap_up is None:
             self.st.wrap_up = code
-            self.st.wrap_turns = 1
+            self.st.wrap_turns = 0
             note = prompts.WRAP_UP.format(what=what)
             self.st.messages.append({"role": "user", "content": note})
             self._log({"type": "budget", "text": note})

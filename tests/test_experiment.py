@@ -228,3 +228,16 @@ def test_dry_run_prints_counts_and_bounds(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "16" in result.stdout and "GPU-h" in result.stdout
     assert not (tmp_path / "x").exists()
+
+
+def test_spent_submissions_leave_two_wrap_up_turns_for_the_skill(tmp_path):
+    """With 2 submissions the gold policy spends both, then still writes SKILL.md and finishes (every arm alike)."""
+    summary, exp = _run(tmp_path, "wrap", ["scripted/gold"], problems=[28], direction="cute2tirx", replicates=1,
+                        budget=Budget(submissions=2), trials=["p28_r1_solo_cute"])
+    (row,) = _rows(exp)
+    assert row["submissions"] == 2 and row["ended_by"] == "finish" and row["status"] == "passed"
+    with Store(exp) as store:
+        assert store.skill(row["attempt_id"]) is not None
+    events = [json.loads(x) for x in (exp / "attempts" / row["attempt_id"] / "transcript.jsonl").read_text()
+              .splitlines()]
+    assert any(e["type"] == "budget" and "submission budget is spent" in e["text"] for e in events)
