@@ -85,6 +85,7 @@ class _State:
     unpriced: bool = False
     queue_s: float = 0.0
     wrap_up: str | None = None  # what ran out, once it has
+    notes: list[str] = field(default_factory=list)  # budget notes waiting for the end of the current reply
     wrap_turns: int = 0
     finish: int | None = None
     ended_by: str | None = None
@@ -203,12 +204,16 @@ class Attempt:
             self.st.wrap_up = code
             self.st.wrap_turns = 0
             note = prompts.WRAP_UP.format(what=what)
-            self.st.messages.append({"role": "user", "content": note})
+            # Not appended yet: tool results must follow the assistant message that asked for them directly.
+            self.st.notes.append(note)
             self._log({"type": "budget", "text": note})
 
     async def _ask(self) -> LLMResponse | None:
         s, st = self.s, self.st
         turn = st.turns
+        for note in st.notes:
+            st.messages.append({"role": "user", "content": note})
+        st.notes.clear()
         messages = trim_context(st.messages, s.context_chars)
         try:
             response: LLMResponse = await s.client.complete(messages, TOOLS, key=f"{self.id}#{turn}")
