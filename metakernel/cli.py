@@ -235,8 +235,10 @@ def report_cmd(experiment: Path | None, formats: tuple[str, ...], out_dir: Path 
     if floor <= 0:
         raise UserError(f"--floor must be positive, got {floor:g}")
 
+    from metakernel.analysis.loading import load_attempts
     from metakernel.analysis.records import synthetic_experiment
-    from metakernel.analysis.report import FORMATS, SYNTHETIC_BANNER, load_attempts, write_report
+    from metakernel.analysis.render import FORMATS, write_report
+    from metakernel.analysis.report import SYNTHETIC_BANNER
 
     chosen = [f.strip() for value in formats for f in value.split(",") if f.strip()] or list(FORMATS)
     unknown = [f for f in chosen if f not in FORMATS]

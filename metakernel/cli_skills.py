@@ -109,7 +109,7 @@ def _tiers(rec: dict[str, Any]) -> str:
 
 
 def _outcomes(experiment: Path, model: str | None) -> list[dict[str, Any]]:
-    from metakernel.export import skill_outcomes
+    from metakernel.skill_outcomes import skill_outcomes
     from metakernel.store import Store, is_experiment
 
     if not is_experiment(experiment):

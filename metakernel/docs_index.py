@@ -2,18 +2,17 @@
 
 We do not ship upstream documentation; the index is built on the machine from what is installed (docstrings and
 signatures of `cutlass.cute` & co. and of TVMScript TIRx, collected by `metakernel.docs_sources`), so it always
-describes the DSL versions the grader runs. This module owns the rest: splitting guides and user docs into
-sections, writing the index, and searching and reading it. The file name carries a version key (builder version,
-guide hash, DSL package versions): upgrading a DSL or editing a guide builds a fresh index instead of serving stale
-text, and `identity()` names it in an experiment's provenance. A user's local copy of upstream docs (`metakernel
-docs build --from PATH`) goes into a separate index beside it and is searched together with it.
+describes the DSL versions the grader runs. Guides and user docs are cut into sections by `metakernel.docs_text`.
+This module owns the rest: writing the index, and searching and reading it. The file name carries a version key
+(builder version, guide hash, DSL package versions): upgrading a DSL or editing a guide builds a fresh index instead
+of serving stale text, and `identity()` names it in an experiment's provenance. A user's local copy of upstream
+docs (`metakernel docs build --from PATH`) goes into a separate index beside it and is searched together with it.
 
 Agents type anything into `docs_search`, so every query is reduced to quoted FTS5 phrases: operators, quotes and
 punctuation never reach FTS5 as syntax, and an empty query gets a message instead of an error.
 """
 from __future__ import annotations
 
-import ast
 import contextlib
 import difflib
 import hashlib
@@ -30,22 +29,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from metakernel.docs_sources import BODY_CAP, Doc, package_documents
 from metakernel.docs_sources import DISPLAY as DISPLAY  # re-exported: the index's public names stay importable here
+from metakernel.docs_sources import DSLS, Doc, package_documents
 from metakernel.docs_sources import ROOTS as ROOTS
+from metakernel.docs_text import guide_documents, user_documents
 from metakernel.errors import UserError
 from metakernel.paths import guides_dir
 
 #: Bump when the extraction or the schema changes: the version key changes and old indexes are left alone.
 BUILDER_VERSION = 1
-DSLS = ("cute", "tirx")
 #: What an index can be built from; tests build from "guides" alone to avoid importing the DSLs.
 SOURCES = ("guides", "cute", "tirx")
 DEFAULT_MAX_CHARS = 12000
 MAX_K = 50
 #: The distribution each DSL comes from (its version goes into the version key).
 PACKAGES = {"cute": "nvidia-cutlass-dsl", "tirx": "apache-tvm"}
-_USER_SUFFIXES = (".md", ".rst", ".txt", ".py")
 _OPERATORS = frozenset({"AND", "OR", "NOT", "NEAR"})
 
 
@@ -136,131 +134,6 @@ def _check_sources(sources: Sequence[str]) -> None:
     unknown = [s for s in sources if s not in SOURCES]
     if unknown or not sources:
         raise UserError(f"unknown docs sources {', '.join(unknown) or '(none)'} (choose from {', '.join(SOURCES)})")
-
-
-# ------------------------------------------------------------------------------------------------------ guides
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "section"
-
-
-def split_markdown(text: str, max_level: int = 2) -> list[tuple[str, str]]:
-    """Split Markdown into (heading, section text) at headings up to `max_level`, ignoring `#` inside fences.
-
-    The text before the first split (a `#` title and its intro) is the section "Overview".
-    """
-    sections: list[tuple[str, list[str]]] = [("Overview", [])]
-    fence = ""
-    for line in text.splitlines():
-        stripped = line.lstrip()
-        if stripped.startswith(("```", "~~~")):
-            fence = "" if fence == stripped[:3] else (fence or stripped[:3])
-            sections[-1][1].append(line)
-            continue
-        match = None if fence else re.match(r"(#{1,6})\s+(.*?)\s*#*\s*$", line)
-        starts_text = len(sections) == 1 and not any(ln.strip() for ln in sections[0][1])
-        if match and len(match.group(1)) <= max_level and not starts_text:
-            sections.append((match.group(2).replace("`", "").strip(), [line]))
-        else:
-            sections[-1][1].append(line)
-    return [(heading, "\n".join(lines).strip()) for heading, lines in sections if "\n".join(lines).strip()]
-
-
-def guide_documents(directory: Path | None = None) -> list[Doc]:
-    """One document per `##` section of each guide (`guide:<dsl>#<slug>`); the intro becomes `#overview`."""
-    docs = []
-    for path in sorted((directory or guides_dir()).glob("*.md")):
-        dsl = path.stem if path.stem in DSLS else ""
-        name = {"cute": "CuTe DSL", "tirx": "TIRx"}.get(path.stem, path.stem)
-        seen: set[str] = set()
-        for heading, body in split_markdown(path.read_text(encoding="utf-8")):
-            slug = _unique(_slug(heading), seen)
-            docs.append(Doc(f"guide:{path.stem}#{slug}", dsl, f"{name} guide: {heading}", body))
-    return docs
-
-
-def _unique(slug: str, seen: set[str]) -> str:
-    base, n = slug, 1
-    while slug in seen:
-        n += 1
-        slug = f"{base}-{n}"
-    seen.add(slug)
-    return slug
-
-
-# ------------------------------------------------------------------------------------------------- user docs
-
-
-def _split_rst(text: str) -> list[tuple[str, str]]:
-    """Sections at reStructuredText titles (a line underlined by a run of one punctuation character)."""
-    lines = text.splitlines()
-    marks = "=-~^\"'`#*+"
-    titles = [i - 1 for i in range(1, len(lines))
-              if lines[i - 1].strip() and not set(lines[i - 1].strip()) <= set(marks)
-              and len(set(lines[i].strip())) == 1 and lines[i].strip()[0] in marks
-              and len(lines[i].strip()) >= max(3, len(lines[i - 1].strip()))]
-    starts = ([0] if not titles or titles[0] > 0 else []) + titles
-    out = []
-    for a, b in zip(starts, [*starts[1:], len(lines)], strict=True):
-        body = "\n".join(lines[a:b]).strip()
-        if body:
-            out.append((lines[a].strip() if a in titles else "Overview", body))
-    return out
-
-
-def _split_python(text: str) -> list[tuple[str, str]]:
-    """Module docstring, then one section per top-level def/class with its source (examples are code)."""
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:
-        return [("Source", text)]
-    out = []
-    doc = ast.get_docstring(tree)
-    if doc:
-        out.append(("Overview", doc))
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            out.append((node.name, ast.get_source_segment(text, node) or node.name))
-    return out or [("Source", text)]
-
-
-def _guess_dsl(relative: Path) -> str:
-    words = set(re.split(r"[^a-z0-9]+", str(relative).lower()))
-    if words & {"cute", "cutlass", "cutedsl"}:
-        return "cute"
-    if words & {"tvm", "tirx", "tvmscript", "tir"}:
-        return "tirx"
-    return ""
-
-
-def user_documents(root: Path, dsl: str | None = None) -> list[Doc]:
-    """Documents from a local docs tree (.md/.rst/.txt/.py), split by headings; ids are `user:<path>#<slug>`.
-
-    The DSL is `dsl` when given, else guessed from the path ("cutlass"/"cute" or "tvm"/"tirx" in it), else neutral.
-    """
-    if not root.exists():
-        raise UserError("no such file or directory", str(root))
-    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
-    docs = []
-    for path in files:
-        if path.suffix.lower() not in _USER_SUFFIXES or any(part.startswith(".") for part in path.parts[-3:]):
-            continue
-        relative = path.relative_to(root) if root.is_dir() else Path(path.name)
-        text = path.read_text(encoding="utf-8", errors="replace")
-        suffix = path.suffix.lower()
-        if suffix == ".rst":
-            sections = _split_rst(text)
-        elif suffix == ".py":
-            sections = _split_python(text)
-        else:
-            sections = split_markdown(text, max_level=3)
-        seen: set[str] = set()
-        for heading, body in sections:
-            slug = _unique(_slug(heading), seen)
-            docs.append(Doc(f"user:{relative.as_posix()}#{slug}", dsl if dsl is not None else _guess_dsl(relative),
-                            f"{relative.as_posix()}: {heading}", body[:BODY_CAP]))
-    return docs
 
 
 # -------------------------------------------------------------------------------------------------- building

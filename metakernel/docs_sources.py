@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+#: The DSLs documented, as the docs index names them (`Doc.dsl`; "" is DSL-neutral).
+DSLS = ("cute", "tirx")
 #: Modules documented per DSL: (module, walk its public submodules). Earlier roots win the name of an object
 #: reachable from several places (`cute.make_layout`, not `cute.core.make_layout`). `tvm.script.tirx` is the
 #: module `tvm.tirx.script`.

@@ -33,12 +33,10 @@ import pandas as pd
 from metakernel.analysis.records import (
     ARMS,
     COLUMNS,
-    DIRECTIONS,
     FAIL_STATUSES,
     PAIR_CLASSES,
     SCHEMA,
     SKILL_ARMS,
-    pairs,
     validate_attempts,
 )
 from metakernel.errors import UserError
@@ -145,7 +143,7 @@ def _table_row(row: Mapping[str, Any], experiment: str, by_id: Mapping[str, Mapp
     }
 
 
-def _done_rows(store: Store) -> list[tuple[str, dict[str, Any]]]:
+def done_rows(store: Store) -> list[tuple[str, dict[str, Any]]]:
     """(attempt_id, table row) for every finished attempt, in the store's stable order."""
     experiment = _experiment_name(store)
     rows = store.attempts()
@@ -171,7 +169,7 @@ def attempt_table(store: Store) -> pd.DataFrame:
     Raises:
         UserError: When the store holds no experiment or a row the analysis would misread.
     """
-    df = _frame(row for _, row in _done_rows(store))
+    df = _frame(row for _, row in done_rows(store))
     try:
         validate_attempts(df)
     except ValueError as exc:
@@ -189,12 +187,12 @@ def missing_attempts(store: Store) -> list[dict[str, Any]]:
 # --- JSON helpers ---------------------------------------------------------------------------------------------------
 
 
-def _clean(value: Any) -> Any:
+def strict_json(value: Any) -> Any:
     """NaN -> None and numpy scalars -> Python, so results.json is strict JSON."""
     if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
+        return {k: strict_json(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_clean(v) for v in value]
+        return [strict_json(v) for v in value]
     if hasattr(value, "item") and not isinstance(value, str | bytes):
         value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
@@ -322,7 +320,7 @@ def _check_target(out: Path) -> None:
 
 def _collect(store: Store) -> tuple[dict[str, Any], list[tuple[Path, str]]]:
     experiment = store.experiment()
-    done = _done_rows(store)
+    done = done_rows(store)
     skills = {s["attempt_id"]: s for s in store.skills()}
     done_ids = [aid for aid, _ in done]
     copies: list[tuple[Path, str]] = []
@@ -353,7 +351,7 @@ def _collect(store: Store) -> tuple[dict[str, Any], list[tuple[Path, str]]]:
                    for s in skills.values()],
         "files": files,
     }
-    return _clean(results), copies
+    return strict_json(results), copies
 
 
 def _install(stage: Path, out: Path) -> None:
@@ -404,66 +402,7 @@ def export_bundle(exp_dir: str | Path, out_dir: str | Path) -> Path:
     return out
 
 
-# --- what each skill fed --------------------------------------------------------------------------------------------
-
-
-def _tier(passed: Any, speedup: Any) -> int:
-    from metakernel.analysis.metrics import tier
-
-    return tier(bool(passed), float(speedup) if bool(passed) else math.nan)
-
-
-def skill_outcomes(store: Store, model: str | None = None) -> list[dict[str, Any]]:
-    """One record per SKILL.md: the attempt that wrote it, the skill's size and lint, and the pair it fed.
-
-    A solo attempt r's skill is given to the skill arm r of the direction it is the source of; that skill attempt
-    is compared with the target solo attempt r. The pair's class, clipped speedups and tiers come from
-    `analysis.records.pairs` over `attempt_table`, so they match the report. Skills written by other arms fed no
-    pair (`fed` is None); a pair whose attempts are not both finished has class "pending".
-    """
-    from metakernel.plan import model_slug
-
-    table = attempt_table(store)
-    pair_table = pairs(table)
-    by_pair = {(r.model, r.direction, r.problem, r.replicate): r for r in pair_table.itertuples()}
-    rows = {r["attempt_id"]: r for r in store.attempts()}
-    done = dict(_done_rows(store))
-    out = []
-    for skill in store.skills():
-        aid = skill["attempt_id"]
-        row = rows.get(aid)
-        if row is None or (model is not None and model not in (row["model"], model_slug(row["model"]))):
-            continue
-        own = done.get(aid)
-        lint = json.loads(skill["lint"])
-        record: dict[str, Any] = {
-            "attempt_id": aid, "address": aid.rsplit("/", 1)[-1], "model": row["model"], "problem": row["problem"],
-            "family": row["family"], "arm": row["arm"], "replicate": row["replicate"], "state": row["state"],
-            "source_status": own["status"] if own else None, "source_speedup": own["speedup"] if own else None,
-            "source_tier": _tier(own["passed"], own["speedup"]) if own else None,
-            "bytes": skill["bytes"], "original_bytes": skill["original_bytes"], "truncated": bool(skill["truncated"]),
-            "sha256": skill["sha256"], "lint_findings": len(lint), "lint": lint,
-            "direction": None, "fed": None, "compared_with": None, "pair_class": None, "c_skill": None,
-            "c_solo": None, "skill_tier": None, "solo_tier": None,
-        }
-        direction = next((d for d in DIRECTIONS.values() if d.source_arm == row["arm"]), None)
-        if direction is not None:
-            prefix = aid.rsplit("/", 1)[0]
-            fed = f"{prefix}/p{row['problem']:02d}_r{row['replicate']}_{direction.skill_arm}"
-            record.update(direction=direction.name, fed=fed,
-                          compared_with=f"{prefix}/p{row['problem']:02d}_r{row['replicate']}_{direction.target_arm}")
-            pair = by_pair.get((row["model"], direction.name, row["problem"], row["replicate"]))
-            if pair is None:
-                record["pair_class"] = "pending" if fed in rows else "not planned"
-            else:
-                record.update(pair_class=pair.pair_class, c_skill=pair.c_skill, c_solo=pair.c_solo,
-                              skill_tier=_tier(pair.skill_passed, pair.skill_speedup),
-                              solo_tier=_tier(pair.solo_passed, pair.solo_speedup))
-        out.append(_clean(record))
-    return out
-
-
 __all__ = [
-    "EXPORT_SCHEMA", "RESULTS_NAME", "attempt_table", "bundle_attempts", "export_bundle", "is_bundle", "legend",
-    "missing_attempts", "read_bundle", "skill_outcomes",
+    "EXPORT_SCHEMA", "RESULTS_NAME", "attempt_table", "bundle_attempts", "done_rows", "export_bundle", "is_bundle",
+    "legend", "missing_attempts", "read_bundle", "strict_json",
 ]

@@ -16,18 +16,18 @@ import pandas as pd
 import pytest
 from metakernel.analysis import metrics as M
 from metakernel.analysis import stats as S
+from metakernel.analysis.loading import load_attempts
 from metakernel.analysis.plots import write_plots
 from metakernel.analysis.records import SOLO_ARMS, synthetic_experiment
-from metakernel.analysis.report import (
+from metakernel.analysis.render import (
     DASH,
     DASH_FOOTNOTE,
-    build_report,
-    load_attempts,
     render_html,
     render_json,
     render_markdown,
     write_report,
 )
+from metakernel.analysis.report import build_report
 
 from metakernel.errors import UserError
 

@@ -20,12 +20,10 @@ from metakernel.docs_index import (
     build_user_index,
     content_sha256,
     fts_queries,
-    guide_documents,
     index_path,
-    split_markdown,
-    user_documents,
     version_key,
 )
+from metakernel.docs_text import guide_documents, split_markdown, user_documents
 from metakernel.errors import UserError
 from metakernel.paths import guides_dir
 

@@ -10,8 +10,10 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from metakernel.analysis.loading import load_attempts
 from metakernel.analysis.records import COLUMNS, validate_attempts
-from metakernel.analysis.report import build_report, load_attempts, render_json
+from metakernel.analysis.render import render_json
+from metakernel.analysis.report import build_report
 
 from metakernel.cli_results import export
 from metakernel.errors import UserError

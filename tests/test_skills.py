@@ -250,7 +250,7 @@ def experiment(tmp_path):
 
 def test_skill_outcomes_name_the_pair_each_solo_skill_fed(experiment):
     """Invariant: a solo attempt r's skill is judged by skill arm r vs target solo r, exactly as the report's pairs."""
-    from metakernel.export import skill_outcomes
+    from metakernel.skill_outcomes import skill_outcomes
     from metakernel.store import Store
     from tests.test_export import MODEL, SLUG
 
