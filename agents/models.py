@@ -24,16 +24,10 @@ from metakernel.agents.llm import LLMClient, LLMResponse, ModelSpec
 from metakernel.agents.replay import ReplayCache, ReplayMissError, request_digest
 
 from metakernel.errors import UserError
+from metakernel.plan import model_slug as model_slug  # one rule for model folder names, re-exported for callers here
 
 SPECS_DIR = Path(__file__).resolve().parent / "models"
 """Bundled YAML specs, addressed by file stem (``resolve_model("openai-gpt-4.1")``)."""
-
-def model_slug(name: str) -> str:
-    """The folder name of a model's attempts: one rule, `metakernel.plan.model_slug`, re-exported here."""
-    from metakernel.plan import model_slug as _plan_slug
-
-    return _plan_slug(name)
-
 
 def bundled_specs() -> list[str]:
     """Names of the YAML specs shipped in ``agents/models/``."""

@@ -34,12 +34,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from metakernel.agents.prompts import SKILL_HEADING
+
 from metakernel.gold import solutions_dir
 
 PROVIDER = "scripted"
 POLICIES = ("gold", "gold-text", "noskill", "garbage", "flaky")
 FAIL_ENV = "METAKERNEL_SCRIPTED_FAIL"
-SKILL_HEADING = "## Skill from an attempt in another DSL (SKILL.md)"
 
 _HEADING = re.compile(r"^# Problem (?P<nn>\d+): (?P<slug>\S+) \((?P<dsl>CuTe DSL|TIRx) variant\)", re.MULTILINE)
 _DSL_OF_NAME = {"CuTe DSL": "cute", "TIRx": "tirx"}

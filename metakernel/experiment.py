@@ -75,9 +75,9 @@ class Experiment:
             raise UserError("name at least one --model")
         cfg.budget.validate()
         self.cfg = cfg
-        self.catalog = load_catalog()
-        for number in cfg.problems:
-            self.catalog.problem(number)  # unknown or broken problems fail here, before anything starts
+        catalog = load_catalog()
+        # Loaded once, here: unknown or broken problems fail before anything starts, and attempts reuse them.
+        self.problems = {number: catalog.problem(number) for number in cfg.problems}
         replay = cfg.llm_mode == "replay"
         self.specs = {m: resolve_model(m, cfg.api_key_env, cfg.api_base, require_key=not replay) for m in cfg.models}
         self.plan = build_plan(cfg.models, cfg.problems, cfg.direction, cfg.replicates, cfg.trials or None)
@@ -150,7 +150,7 @@ class Experiment:
         store.init_experiment(cfg.experiment.name, config, prov, IDENTITY_KEYS)
         rows = []
         for key in self.plan:
-            problem = self.catalog.problem(key.problem)
+            problem = self.problems[key.problem]
             rows.append({"attempt_id": key.attempt_id, "model": key.model, "problem": key.problem,
                          "family": problem.family, "arm": key.arm, "dsl": key.dsl, "replicate": key.replicate,
                          "source_attempt": key.source.attempt_id if key.source else None})
@@ -193,7 +193,7 @@ class Experiment:
                         counts["spend_cap"] += 1
                         return
                     for attempt in range(cfg.infra_retries + 1):
-                        setup = AttemptSetup(key=key, problem=self.catalog.problem(key.problem), budget=cfg.budget,
+                        setup = AttemptSetup(key=key, problem=self.problems[key.problem], budget=cfg.budget,
                                              client=clients[key.model], executor=self.executor, store=store,
                                              run_id=run_id, docs=docs, source_skill=skill)
                         try:

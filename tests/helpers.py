@@ -26,3 +26,22 @@ def make_inputs(device="cuda", scale="full"):
 def roofline(x, w):
     return {"flops": 2 * 8 * 16 * 4, "bytes": 4 * (8 * 16 + 16 * 4 + 8 * 4)}
 """
+
+
+#: A CPU (llvm-target) TIRx kernel y = 2x + b that really runs on CPU tensors; test kernels build on it.
+AXPB_LLVM = '''
+import torch
+import tvm
+from tvm.script import tirx as Tx
+
+
+@Tx.prim_func
+def axpb(x_ptr: Tx.handle, b_ptr: Tx.handle, y_ptr: Tx.handle):
+    M = Tx.int32()
+    N = Tx.int32()
+    X = Tx.match_buffer(x_ptr, (M, N), "float32")
+    B = Tx.match_buffer(b_ptr, (N,), "float32")
+    Y = Tx.match_buffer(y_ptr, (M, N), "float32")
+    for i, j in Tx.grid(M, N):
+        Y[i, j] = X[i, j] * Tx.float32(2.0) + B[j]
+'''

@@ -22,6 +22,7 @@ import pytest
 
 from metakernel.dsl.base import DslAdapter, LaunchGate
 from metakernel.dsl.tirx import ADAPTER, clean_error_text
+from tests.helpers import AXPB_LLVM
 
 ROOT = Path(__file__).resolve().parent.parent
 GUIDE = ROOT / "docs" / "guides" / "tirx.md"
@@ -30,22 +31,7 @@ P28_TIRX = ROOT / "solutions" / "mlp_norm" / "28_fused_add_rmsnorm_h4096" / "cor
 HAVE_TVM = importlib.util.find_spec("tvm") is not None
 
 # A CPU (llvm) TIRx kernel: really runs on CPU tensors.
-LLVM_KERNEL = '''
-import torch
-import tvm
-from tvm.script import tirx as Tx
-
-
-@Tx.prim_func
-def axpb(x_ptr: Tx.handle, b_ptr: Tx.handle, y_ptr: Tx.handle):
-    M = Tx.int32()
-    N = Tx.int32()
-    X = Tx.match_buffer(x_ptr, (M, N), "float32")
-    B = Tx.match_buffer(b_ptr, (N,), "float32")
-    Y = Tx.match_buffer(y_ptr, (M, N), "float32")
-    for i, j in Tx.grid(M, N):
-        Y[i, j] = X[i, j] * Tx.float32(2.0) + B[j]
-
+LLVM_KERNEL = AXPB_LLVM + '''
 
 _EXE = []
 

@@ -15,7 +15,7 @@ import pytest
 
 from metakernel.grader.evaluate import GradeOptions, dry_run, grade
 from metakernel.problem import load_problem_file
-from tests.helpers import write_problem
+from tests.helpers import AXPB_LLVM, write_problem
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("tvm") is None, reason="apache-tvm is not installed")
 
@@ -30,22 +30,7 @@ def roofline(x, b):
     return {"flops": 2 * x.numel(), "bytes": 4 * (2 * x.numel() + b.numel())}
 """
 
-HEADER = '''
-import torch
-import tvm
-from tvm.script import tirx as Tx
-
-
-@Tx.prim_func
-def axpb(x_ptr: Tx.handle, b_ptr: Tx.handle, y_ptr: Tx.handle):
-    M = Tx.int32()
-    N = Tx.int32()
-    X = Tx.match_buffer(x_ptr, (M, N), "float32")
-    B = Tx.match_buffer(b_ptr, (N,), "float32")
-    Y = Tx.match_buffer(y_ptr, (M, N), "float32")
-    for i, j in Tx.grid(M, N):
-        Y[i, j] = X[i, j] * Tx.float32(2.0) + B[j]
-
+HEADER = AXPB_LLVM + '''
 
 @Tx.prim_func
 def copy(x_ptr: Tx.handle, y_ptr: Tx.handle):
