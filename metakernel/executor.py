@@ -14,12 +14,15 @@ import asyncio
 import dataclasses
 import hashlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 from metakernel.grader.report import GradeReport, Timing
 from metakernel.problem import Problem
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -51,10 +54,10 @@ class _Slots:
     """Grading slots: one per GPU, because two gradings on one GPU would time each other."""
 
     def __init__(self, slots: int) -> None:
-        self.slots = slots
         self._semaphore = asyncio.Semaphore(slots)
 
-    async def run(self, fn, *args):  # type: ignore[no-untyped-def]
+    async def run(self, fn: Callable[..., T], *args: Any) -> tuple[T, float, float]:
+        """`fn(*args)` in a thread once a slot is free; returns its result, seconds queued, seconds running."""
         queued = time.monotonic()
         async with self._semaphore:
             started = time.monotonic()

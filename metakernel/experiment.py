@@ -23,7 +23,6 @@ from metakernel.budget import Budget, SpendCap, estimate, litellm_prices, render
 from metakernel.errors import UserError
 from metakernel.plan import AttemptKey, build_plan, order
 
-LLM_MODES = ("off", "record", "replay")
 #: Config keys that decide whether two runs into one directory are the same protocol (see Store.init_experiment).
 IDENTITY_KEYS = ("budget", "executor", "prompt_hash", "grader_options")
 
@@ -65,10 +64,10 @@ class Experiment:
 
     def __init__(self, cfg: RunConfig) -> None:
         from metakernel.agents.models import resolve_model
+        from metakernel.agents.replay import parse_mode
         from metakernel.catalog import load_catalog
 
-        if cfg.llm_mode not in LLM_MODES:
-            raise UserError(f"unknown --llm-mode {cfg.llm_mode!r} (known: {', '.join(LLM_MODES)})")
+        self.llm_mode = parse_mode(cfg.llm_mode)
         if cfg.concurrency < 1:
             raise UserError(f"--concurrency must be at least 1, got {cfg.concurrency}")
         if not cfg.models:
@@ -133,7 +132,7 @@ class Experiment:
         """
         from metakernel.agents.attempt import AttemptSetup, InfraFailure, run_attempt
         from metakernel.agents.models import model_runtime, open_client
-        from metakernel.agents.replay import ReplayCache
+        from metakernel.agents.replay import CACHE_FILE, ReplayCache
         from metakernel.provenance import provenance
         from metakernel.store import Store
 
@@ -157,8 +156,8 @@ class Experiment:
         store.ensure_attempts(rows)
         run_id = store.begin_run(argv, prov)
         cache = None
-        if cfg.llm_mode != "off":
-            cache = ReplayCache(cfg.llm_cache or cfg.experiment / "llm_cache.sqlite", cfg.llm_mode)  # type: ignore[arg-type]
+        if self.llm_mode != "off":
+            cache = ReplayCache(cfg.llm_cache or cfg.experiment / CACHE_FILE, self.llm_mode)
         cap = SpendCap(cfg.spend_cap_usd, spent_usd=store.spent_usd())
         slots = asyncio.Semaphore(cfg.concurrency)
         events = {key: asyncio.Event() for key in self.plan}
@@ -250,7 +249,7 @@ def _progress(counts: dict[str, int], total: int) -> str:
     return f"{counts['done'] + counts['skipped'] + counts['already_done']}/{total}"
 
 
-__all__ = ["IDENTITY_KEYS", "LLM_MODES", "Experiment", "RunConfig"]
+__all__ = ["IDENTITY_KEYS", "Experiment", "RunConfig"]
 
 
 async def regrade(experiment: Path, executor_name: str, addresses: list[str] | None = None,
