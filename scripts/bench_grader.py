@@ -67,12 +67,17 @@ def main() -> int:
             })
         m1, m2 = runs[0]["median_us"], runs[1]["median_us"]
         diff = abs(m1 - m2) / m1 if m1 and m2 else None
+        g1, g2 = runs[0]["gpu_only_us"], runs[1]["gpu_only_us"]
+        gpu_diff = abs(g1 - g2) / g1 if g1 and g2 else None
         data["solutions"][sol.key] = {
             "dsl": sol.dsl, "problem": problem.identity, "runs": runs, "median_rel_diff": diff,
             "repeat_ok": None if diff is None or m1 < MIN_US_FOR_REPEAT else diff <= REPEAT_TOLERANCE,
+            "gpu_only_rel_diff": gpu_diff,
+            "gpu_only_repeat_ok": None if gpu_diff is None or g1 < MIN_US_FOR_REPEAT else gpu_diff <= REPEAT_TOLERANCE,
         }
         walls = f"{runs[0]['wall_s']:.1f} / {runs[1]['wall_s']:.1f} s"
-        print(f"{sol.key}: medians {m1} / {m2} us, diff {diff}, walls {walls}")
+        print(f"{sol.key}: medians {m1} / {m2} us, diff {diff}; gpu-only {g1} / {g2} us, diff {gpu_diff}; "
+              f"walls {walls}")
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(data, indent=1))
         if os.environ.get("OUT"):
