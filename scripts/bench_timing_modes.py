@@ -80,17 +80,27 @@ def spreads(children: list[dict[str, Any]], procedures: list[str]) -> dict[str, 
 
 
 def measure(problem: Any, make_worker: Any, procedures: list[str], children: int, draws: int,
-            spin_ms: float) -> dict[str, Any]:
+            spin_ms: float, alternate: str) -> dict[str, Any]:
+    """`alternate`: what every second child changes — "hashseed" (PYTHONHASHSEED=0) or "layout" (no ASLR)."""
     results = []
     for k in range(children):
-        hashseed = k % 2 == 1
-        worker = make_worker({"PYTHONHASHSEED": "0"} if hashseed else {})
+        flip = k % 2 == 1
+        if alternate == "layout":
+            worker = make_worker({}, flip)
+        else:
+            worker = make_worker({"PYTHONHASHSEED": "0"} if flip else {}, False)
         try:
             worker.start()
-            results.append({"hashseed0": hashseed, "medians": one_child(problem, worker, procedures, draws, spin_ms)})
+            results.append({"hashseed0" if alternate == "hashseed" else "fixed_layout": flip,
+                            "medians": one_child(problem, worker, procedures, draws, spin_ms)})
         finally:
             worker.close()
-    return {"children": results, "spread": spreads(results, procedures)}
+    out = {"children": results, "spread": spreads(results, procedures)}
+    for flag in (False, True):
+        group = [c for c in results if c.get("fixed_layout", c.get("hashseed0")) is flag]
+        if len(group) > 1:
+            out["spread_" + ("with" if flag else "without") + f"_{alternate}"] = spreads(group, procedures)
+    return out
 
 
 def main() -> int:
@@ -100,14 +110,25 @@ def main() -> int:
     parser.add_argument("--children", type=int, default=4)
     parser.add_argument("--draws", type=int, default=60)
     parser.add_argument("--spin-ms", type=float, default=2.0)
+    parser.add_argument("--procedures", default=",".join(PROCEDURES), help="comma separated, of: "
+                        + ", ".join(PROCEDURES))
+    parser.add_argument("--alternate", choices=["hashseed", "layout"], default="hashseed",
+                        help="what every second child changes: PYTHONHASHSEED=0, or address randomisation off")
+    parser.add_argument("--only-key", default="", help="solution keys, e.g. 36/correct/tirx.py (comma separated)")
+    parser.add_argument("--no-eager", action="store_true", help="skip the eager reference")
     parser.add_argument("--budget", type=float, default=480.0, help="seconds before stopping (resume later)")
     parser.add_argument("--out", default="validation/h200-timing-modes.json")
     args = parser.parse_args()
     out = Path(args.out)
     data = json.loads(out.read_text()) if out.is_file() else {"provenance": provenance(), "kernels": {}}
     data.setdefault("runs", []).append(provenance())
-    data["options"] = {"children": args.children, "draws": args.draws, "spin_ms": args.spin_ms}
+    data["options"] = {"children": args.children, "draws": args.draws, "spin_ms": args.spin_ms,
+                       "procedures": args.procedures, "alternate": args.alternate}
     wanted = {int(x) for x in args.only.split(",") if x.strip()}
+    procedures = [p for p in args.procedures.split(",") if p]
+    unknown = sorted(set(procedures) - set(PROCEDURES))
+    if unknown:
+        parser.error(f"unknown procedure(s) {unknown}")
     catalog = load_catalog()
     started = time.monotonic()
 
@@ -120,15 +141,19 @@ def main() -> int:
     for sol in gold.discover():
         if sol.kind != "gold" or (wanted and sol.number not in wanted) or (args.dsl and sol.dsl != args.dsl):
             continue
+        if args.only_key and sol.key not in args.only_key.split(","):
+            continue
         if time.monotonic() - started > args.budget:
             print("budget spent; run again to resume")
             return 3
         problem = catalog.problem(sol.number)
         eager_key = f"{sol.number:02d}/eager"
-        if sol.number not in done_eager and eager_key not in data["kernels"]:
+        if not args.no_eager and sol.number not in done_eager and eager_key not in data["kernels"]:
             data["kernels"][eager_key] = measure(
-                problem, lambda env, path=problem.path: Worker(kind="eager", path=path, device="cuda", env=env),
-                list(EAGER_PROCEDURES), args.children, args.draws, args.spin_ms)
+                problem, lambda env, fixed, path=problem.path: Worker(kind="eager", path=path, device="cuda",
+                                                                       env=env, fixed_layout=fixed),
+                [p for p in EAGER_PROCEDURES if p in procedures], args.children, args.draws, args.spin_ms,
+                args.alternate)
             print(eager_key, {k: f"{v['spread']:.3f}" for k, v in data["kernels"][eager_key]["spread"].items()})
             flush()
         done_eager.add(sol.number)
@@ -136,9 +161,9 @@ def main() -> int:
             continue
         adapter_env = get_adapter(sol.dsl).environment(dry_run=False)
         data["kernels"][sol.key] = measure(
-            problem, lambda env, s=sol, base=adapter_env: Worker(
-                kind="candidate", path=s.path, device="cuda", dsl=s.dsl, env={**base, **env}),
-            list(PROCEDURES), args.children, args.draws, args.spin_ms)
+            problem, lambda env, fixed, s=sol, base=adapter_env: Worker(
+                kind="candidate", path=s.path, device="cuda", dsl=s.dsl, env={**base, **env}, fixed_layout=fixed),
+            procedures, args.children, args.draws, args.spin_ms, args.alternate)
         print(sol.key, {k: f"{v['spread']:.3f}" for k, v in data["kernels"][sol.key]["spread"].items()})
         flush()
     return 0
