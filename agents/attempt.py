@@ -377,7 +377,8 @@ class Attempt:
             "address": s.key.address, "budget": s.budget.to_dict(),
         }
         if final is None:
-            result.update(status="wrong", reason="no_submission", passed=0, speedup=None, roofline_fraction=None)
+            result.update(status="wrong", reason="no_submission", passed=0, speedup=None, speedup_gpu=None,
+                          roofline_fraction=None)
         else:
             graded = await self._grade(final.path)
             report = graded.report
@@ -385,6 +386,7 @@ class Attempt:
                                       report.to_dict(), graded.queue_s, graded.grade_s)
             result.update(status=report.status, reason=report.reason, passed=int(report.passed),
                           speedup=report.speedup if report.passed else None,
+                          speedup_gpu=report.speedup_gpu if report.passed else None,
                           roofline_fraction=report.roofline_fraction if report.passed else None)
         result["wall_s"] = self.elapsed()
         result["queue_s"] = st.queue_s

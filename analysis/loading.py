@@ -17,7 +17,7 @@ from metakernel.analysis.records import validate_attempts
 
 __all__ = ["load_attempts"]
 
-_FLOAT_COLUMNS = ("speedup", "roofline_fraction", "cost_usd", "wall_s", "source_replicate")
+_FLOAT_COLUMNS = ("speedup", "speedup_gpu", "roofline_fraction", "cost_usd", "wall_s", "source_replicate")
 
 
 def load_attempts(path: str | Path) -> pd.DataFrame:

@@ -245,7 +245,7 @@ def render_json(report: Mapping[str, Any]) -> str:
 
 def write_report(df: pd.DataFrame, out_dir: str | Path, formats: Iterable[str] = FORMATS, *, tau: float = TAU,
                  floor: float = FLOOR, seed: int = stats.DEFAULT_SEED,
-                 n_resamples: int = stats.DEFAULT_RESAMPLES) -> dict[str, Path | list[Path]]:
+                 n_resamples: int = stats.DEFAULT_RESAMPLES, speed: str = "e2e") -> dict[str, Path | list[Path]]:
     """Build the report and write the requested formats plus the PNG plots into ``out_dir``.
 
     Returns:
@@ -260,7 +260,7 @@ def write_report(df: pd.DataFrame, out_dir: str | Path, formats: Iterable[str] =
     unknown = [f for f in wanted if f not in FORMATS]
     if unknown:
         raise ValueError(f"unknown report format(s) {', '.join(unknown)}; use {', '.join(FORMATS)}")
-    report = build_report(df, tau=tau, floor=floor, seed=seed, n_resamples=n_resamples)
+    report = build_report(df, tau=tau, floor=floor, seed=seed, n_resamples=n_resamples, speed=speed)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     pngs = write_plots(report, out)

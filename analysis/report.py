@@ -28,10 +28,12 @@ from metakernel.analysis.records import (
     DIRECTIONS,
     FLOOR,
     SOLO_ARMS,
+    SPEED_METRICS,
     TAU,
     is_synthetic,
     pairs,
     validate_attempts,
+    with_speed_metric,
 )
 
 __all__ = ["REPORT_VERSION", "SYNTHETIC_BANNER", "build_report"]
@@ -97,7 +99,8 @@ def _join(*notes: object) -> str:
 
 
 def build_report(df: pd.DataFrame, *, tau: float = TAU, floor: float = FLOOR, seed: int = stats.DEFAULT_SEED,
-                 n_resamples: int = stats.DEFAULT_RESAMPLES, confidence: float = stats.DEFAULT_CONFIDENCE) -> dict:
+                 n_resamples: int = stats.DEFAULT_RESAMPLES, confidence: float = stats.DEFAULT_CONFIDENCE,
+                 speed: str = "e2e") -> dict:
     """Compute every table of the report from the attempt table, once, as JSON-ready records.
 
     Args:
@@ -107,6 +110,7 @@ def build_report(df: pd.DataFrame, *, tau: float = TAU, floor: float = FLOOR, se
         seed: Seed of every bootstrap and Monte Carlo draw, so a rebuilt report is identical.
         n_resamples: Bootstrap resamples per cell (tests pass fewer for speed).
         confidence: Two-sided level of the primary intervals.
+        speed: Which speedup every metric uses: "e2e" (the protocol's) or "gpu" (`records.SPEED_METRICS`).
 
     Returns:
         A dict with ``banner`` (first key: None unless synthetic), ``synthetic``, ``parameters``, ``overview``,
@@ -114,9 +118,10 @@ def build_report(df: pd.DataFrame, *, tau: float = TAU, floor: float = FLOOR, se
         ``sections`` (the order and prose the renderers follow).
 
     Raises:
-        ValueError: When `records.validate_attempts` rejects the table.
+        ValueError: When `records.validate_attempts` rejects the table, or `speed` is unknown or not measured.
     """
     validate_attempts(df)
+    df = with_speed_metric(df, speed)
     synthetic = is_synthetic(df)
     report: dict[str, Any] = {
         "banner": SYNTHETIC_BANNER if synthetic else None,
@@ -125,7 +130,8 @@ def build_report(df: pd.DataFrame, *, tau: float = TAU, floor: float = FLOOR, se
         "synthetic": synthetic,
         "parameters": {"tau": tau, "floor": floor, "floors": sorted({*metrics.FLOORS, floor}), "seed": seed,
                        "n_resamples": n_resamples, "confidence": confidence,
-                       "wilcoxon_zero_method": WILCOXON_ZERO_METHOD},
+                       "wilcoxon_zero_method": WILCOXON_ZERO_METHOD, "speed": speed,
+                       "speed_meaning": SPEED_METRICS[speed][1]},
         "overview": _overview(df),
         "missing": [],
         "warnings": [],
@@ -471,6 +477,8 @@ def _sections(report: dict[str, Any], tau: float, floor: float, confidence: floa
             f"{report['parameters']['n_resamples']} resamples with seed {report['parameters']['seed']}, "
             f"{confidence:.0%} intervals; no interval or p-value below {stats.MIN_N_FOR_CI} problems, BCa from "
             f"{stats.MIN_N_FOR_BCA}.",
+            f"Speedup used throughout: {report['parameters']['speed']} "
+            f"({report['parameters']['speed_meaning']}).",
         ], []),
         _section("headline", "Primary endpoint", [
             "The primary endpoint is ΔGM per model x direction with its interval and Holm-adjusted p-value; "

@@ -210,9 +210,12 @@ SYNTHETIC_REPORT = {"n_problems": 24, "models": ("model-a", "model-b"), "replica
               help="Output directory [default: EXPERIMENT's folder/report, or ./synthetic-report].")
 @click.option("--tau", type=float, default=0.05, show_default=True, help="Dead band of helped/harmed.")
 @click.option("--floor", type=float, default=0.05, show_default=True, help="Floor of the clipped speedup.")
+@click.option("--speed", type=click.Choice(["e2e", "gpu"]), default="e2e", show_default=True,
+              help="Speedup every metric uses: e2e (eager median / kernel median, the protocol's) or gpu (GPU kernel "
+                   "time alone, steadier between gradings; needs attempts graded with profiled baselines).")
 @click.option("--synthetic", is_flag=True, help="Report on a generated demo experiment (labelled SYNTHETIC).")
 def report_cmd(experiment: Path | None, formats: tuple[str, ...], out_dir: Path | None, tau: float, floor: float,
-               synthetic: bool) -> None:
+               speed: str, synthetic: bool) -> None:
     """Write the analysis report (Markdown, HTML, JSON and PNG plots) of an experiment.
 
     EXPERIMENT is an experiment directory (`metakernel run --experiment`), an exported bundle (`metakernel
@@ -223,6 +226,7 @@ def report_cmd(experiment: Path | None, formats: tuple[str, ...], out_dir: Path 
     Examples:
       metakernel report --synthetic --out demo
       metakernel report runs/exp1 --format md,html --tau 0.1
+      metakernel report runs/exp1 --speed gpu --out runs/exp1/report-gpu
       metakernel report runs/exp1-export/results.json --format md --format json
     """
     # Cheap checks first: the analysis imports (pandas, scipy, matplotlib) take seconds.
@@ -253,7 +257,10 @@ def report_cmd(experiment: Path | None, formats: tuple[str, ...], out_dir: Path 
         out = out_dir or (experiment if experiment.is_dir() else experiment.parent) / "report"
     if bool(df["synthetic"].astype(bool).any()) if len(df) else False:
         click.echo(SYNTHETIC_BANNER)
-    written = write_report(df, out, chosen, tau=tau, floor=floor)
+    try:
+        written = write_report(df, out, chosen, tau=tau, floor=floor, speed=speed)
+    except ValueError as exc:
+        raise UserError(str(exc)) from exc
     for fmt, path in written.items():
         for p in path if isinstance(path, list) else [path]:
             click.echo(f"wrote {fmt}: {p}")

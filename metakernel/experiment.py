@@ -286,7 +286,8 @@ async def regrade(experiment: Path, executor_name: str, addresses: list[str] | N
                                     graded.report.to_dict(), graded.queue_s, graded.grade_s)
             new = graded.report
             item = {"attempt_id": aid, "was_status": row["status"], "was_speedup": row["speedup"],
-                    "status": new.status, "speedup": new.speedup if new.passed else None}
+                    "status": new.status, "speedup": new.speedup if new.passed else None,
+                    "speedup_gpu": new.speedup_gpu if new.passed else None}
             out.append(item)
             was = f"{row['status']}" + (f" {row['speedup']:.2f}x" if row["speedup"] else "")
             now_ = f"{new.status}" + (f" {new.speedup:.2f}x" if new.passed and new.speedup else "")

@@ -1,7 +1,7 @@
 """From the experiment store to the attempt table every analysis reads, and to a self-contained export bundle.
 
 The store keeps what a run needs to resume (states, tries, file paths); the analysis needs one row per finished
-attempt in `analysis.records.COLUMNS`. `attempt_table` is the only translation between the two, so a report built
+attempt in `analysis.records.ALL_COLUMNS`. `attempt_table` is the only translation between the two, so a report built
 from the database and one built from an export (`load_attempts` on either) print the same numbers by construction.
 
 A bundle is a folder a reader can open without metakernel's database::
@@ -31,9 +31,10 @@ from typing import Any
 import pandas as pd
 
 from metakernel.analysis.records import (
+    ALL_COLUMNS,
     ARMS,
-    COLUMNS,
     FAIL_STATUSES,
+    OPTIONAL_SCHEMA,
     PAIR_CLASSES,
     SCHEMA,
     SKILL_ARMS,
@@ -135,7 +136,8 @@ def _table_row(row: Mapping[str, Any], experiment: str, by_id: Mapping[str, Mapp
     return {
         "experiment": experiment, "model": row["model"], "problem": int(row["problem"]), "family": row["family"],
         "arm": row["arm"], "dsl": row["dsl"], "replicate": int(row["replicate"]), "status": row["status"],
-        "passed": passed, "speedup": number("speedup"), "roofline_fraction": number("roofline_fraction"),
+        "passed": passed, "speedup": number("speedup"), "speedup_gpu": number("speedup_gpu"),
+        "roofline_fraction": number("roofline_fraction"),
         "tokens_in": int(row["tokens_in"] or 0), "tokens_out": int(row["tokens_out"] or 0),
         "cost_usd": _cost(row, unpriced), "wall_s": float(row["wall_s"] or 0.0),
         "submissions": int(row["submissions"] or 0), "source_replicate": _source_replicate(row, by_id),
@@ -153,14 +155,14 @@ def done_rows(store: Store) -> list[tuple[str, dict[str, Any]]]:
 
 
 def _frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
-    df = pd.DataFrame.from_records(list(rows), columns=list(COLUMNS))
+    df = pd.DataFrame.from_records(list(rows), columns=list(ALL_COLUMNS))
     for column in ("passed", "synthetic"):
         df[column] = df[column].astype(bool)
     return df
 
 
 def attempt_table(store: Store) -> pd.DataFrame:
-    """One row per finished attempt in exactly `analysis.records.COLUMNS`, validated.
+    """One row per finished attempt in exactly `analysis.records.ALL_COLUMNS`, validated.
 
     Only `done` attempts count: pending, running and infra-failed ones are not results (`missing_attempts` lists
     them). Speedup and roofline share are NaN unless the final kernel passed; cost is NaN when any of the attempt's
@@ -233,7 +235,7 @@ def _llm_summary(store: Store) -> list[dict[str, Any]]:
 def legend() -> dict[str, Any]:
     """What every field of results.json means (a bundle must be readable without this code)."""
     return {
-        "columns": {c.name: f"{c.doc} [{c.dtype}]" for c in SCHEMA},
+        "columns": {c.name: f"{c.doc} [{c.dtype}]" for c in (*SCHEMA, *OPTIONAL_SCHEMA)},
         "status": {s: STATUS_DOCS[s] for s in ("passed", *FAIL_STATUSES, "skipped")},
         "arm": {a: ARM_DOCS[a] for a in ARMS},
         "state": STATE_DOCS,
@@ -290,8 +292,8 @@ def is_bundle(path: str | Path) -> bool:
 
 
 def bundle_attempts(path: str | Path) -> pd.DataFrame:
-    """The attempt table a bundle carries, in `COLUMNS` (null read back as NaN), unvalidated."""
-    return _frame({c: (math.nan if r.get(c) is None else r.get(c)) for c in COLUMNS}
+    """The attempt table a bundle carries, in `ALL_COLUMNS` (null read back as NaN), unvalidated."""
+    return _frame({c: (math.nan if r.get(c) is None else r.get(c)) for c in ALL_COLUMNS}
                   for r in read_bundle(path)["attempts"])
 
 

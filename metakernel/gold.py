@@ -81,8 +81,9 @@ def entry(solution: Solution, report: Any) -> dict[str, Any]:
         "message": report.message[-2000:],
         "kernel_median_us": timing.median_us if timing else None,
         "eager_median_us": eager.median_us if eager else None,
-        "speedup": report.speedup, "dsl_share": report.dsl_share, "roofline_fraction": report.roofline_fraction,
-        "gpu_only_us": report.gpu_only_us, "launches_per_call": report.launches_per_call,
+        "speedup": report.speedup, "speedup_gpu": report.speedup_gpu, "dsl_share": report.dsl_share,
+        "roofline_fraction": report.roofline_fraction, "gpu_only_us": report.gpu_only_us,
+        "eager_gpu_only_us": eager.gpu_only_us if eager else None, "launches_per_call": report.launches_per_call,
         "timing_spread": {"rse": timing.rse, "stdev_us": timing.stdev_us, "min_us": timing.min_us, "n": timing.n}
         if timing else None,
         "integrity": report.integrity, "phases_s": report.phases_s,

@@ -50,7 +50,7 @@ CREATE TABLE IF NOT EXISTS attempts (
     final_submission INTEGER, submissions INTEGER, checks INTEGER, turns INTEGER,
     tokens_in INTEGER, tokens_out INTEGER, cost_usd REAL, cost_status TEXT, wall_s REAL, queue_s REAL,
     ended_by TEXT, error TEXT, started TEXT, finished TEXT, synthetic INTEGER NOT NULL DEFAULT 0,
-    schema TEXT NOT NULL DEFAULT 'metakernel.attempt/1');
+    schema TEXT NOT NULL DEFAULT 'metakernel.attempt/1', speedup_gpu REAL);
 CREATE TABLE IF NOT EXISTS submissions (
     attempt_id TEXT NOT NULL, try INTEGER NOT NULL, kind TEXT NOT NULL, n INTEGER NOT NULL,
     kernel_sha256 TEXT NOT NULL, path TEXT NOT NULL, status TEXT NOT NULL, reason TEXT, speedup REAL,
@@ -65,6 +65,9 @@ CREATE TABLE IF NOT EXISTS skills (
     attempt_id TEXT PRIMARY KEY, sha256 TEXT NOT NULL, bytes INTEGER NOT NULL, original_bytes INTEGER NOT NULL,
     truncated INTEGER NOT NULL, lint TEXT NOT NULL, path TEXT NOT NULL, updated TEXT NOT NULL);
 """
+
+#: Columns added to `attempts` after stores were first written (same schema: old stores gain them empty).
+_ADDED_COLUMNS = (("speedup_gpu", "REAL"),)
 
 
 def now() -> str:
@@ -93,6 +96,10 @@ class Store:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA foreign_keys=ON")
         self._db.executescript(_DDL)
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(attempts)")}
+        for column, kind in _ADDED_COLUMNS:
+            if column not in columns:  # a store made before the column existed: add it, empty
+                self._db.execute(f"ALTER TABLE attempts ADD COLUMN {column} {kind}")
         found = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
         if found is None:
             self._db.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA,))
@@ -308,7 +315,7 @@ class Store:
         with self._lock, path.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps({"at": now(), **event}, default=str) + "\n")
 
-    _RESULT_COLUMNS = ("status", "reason", "passed", "speedup", "roofline_fraction", "final_submission",
+    _RESULT_COLUMNS = ("status", "reason", "passed", "speedup", "speedup_gpu", "roofline_fraction", "final_submission",
                        "submissions", "checks", "turns", "tokens_in", "tokens_out", "cost_usd", "cost_status",
                        "wall_s", "queue_s", "ended_by", "synthetic")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sqlite3
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -11,10 +12,11 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 from metakernel.analysis.loading import load_attempts
-from metakernel.analysis.records import COLUMNS, validate_attempts
+from metakernel.analysis.records import ALL_COLUMNS, validate_attempts, with_speed_metric
 from metakernel.analysis.render import render_json
 from metakernel.analysis.report import build_report
 
+from metakernel.cli import cli
 from metakernel.cli_results import export
 from metakernel.errors import UserError
 from metakernel.export import EXPORT_SCHEMA, attempt_table, export_bundle, missing_attempts, read_bundle
@@ -97,7 +99,8 @@ def make_experiment(root: Path) -> Path:
                                    lint=lint if truncated else [])
             store.finish_attempt(attempt, {
                 "status": status, "reason": None if status == "passed" else "draw 0", "passed": status == "passed",
-                "speedup": speedup, "roofline_fraction": 0.25 if speedup else None, "final_submission": 1,
+                "speedup": speedup, "speedup_gpu": 1.5 * speedup if speedup else None,
+                "roofline_fraction": 0.25 if speedup else None, "final_submission": 1,
                 "submissions": 1, "checks": 1, "turns": 2, "tokens_in": 2000, "tokens_out": 200,
                 "cost_usd": None if address == UNPRICED else 0.5,
                 "cost_status": {UNPRICED: "unpriced", PARTIAL: "partial"}.get(address, "priced"),
@@ -128,7 +131,7 @@ def test_attempt_table_is_valid_and_holds_only_finished_attempts(experiment):
     with Store(experiment) as store:
         df = attempt_table(store)
     validate_attempts(df)
-    assert tuple(df.columns) == COLUMNS
+    assert tuple(df.columns) == ALL_COLUMNS
     assert len(df) == len(OUTCOMES) + 1  # + the skipped arm; the infra-failed and the pending one are not results
     assert set(df["experiment"]) == {"exp-test"} and set(df["model"]) == {MODEL}
     assert df["passed"].dtype == bool and df["synthetic"].dtype == bool
@@ -175,7 +178,7 @@ def test_bundle_contents(experiment, tmp_path):
     out = export_bundle(experiment, tmp_path / "bundle")
     data = json.loads((out / "results.json").read_text())
     assert data["schema"] == EXPORT_SCHEMA
-    assert set(data["legend"]["columns"]) == set(COLUMNS)
+    assert set(data["legend"]["columns"]) == set(ALL_COLUMNS)
     assert {"passed", "wrong", "skipped"} <= set(data["legend"]["status"])
     assert set(data["legend"]["arm"]) >= {"solo_cute", "cute2tirx_skill"}
     assert data["experiment"]["name"] == "exp-test" and data["experiment"]["config"]["budget"]["submissions"] == 10
@@ -183,7 +186,7 @@ def test_bundle_contents(experiment, tmp_path):
     assert data["runs"][0]["command"][:2] == ["metakernel", "run"] and data["runs"][0]["outcome"] == "incomplete"
     assert len(data["attempts"]) == len(OUTCOMES) + 1
     first = next(a for a in data["attempts"] if a["attempt_id"] == aid("p01_r1_tirx2cute_skill"))
-    assert first["speedup"] is None and first["source_replicate"] == 1.0 and set(first) == {"attempt_id", *COLUMNS}
+    assert first["speedup"] is None and first["source_replicate"] == 1.0 and set(first) == {"attempt_id", *ALL_COLUMNS}
     assert {m["attempt_id"] for m in data["missing"]} == {aid(INFRA), aid(PENDING)}
 
     # every submission row, with the bundle's copy named where one was shipped
@@ -229,7 +232,7 @@ def test_reports_from_store_and_bundle_are_identical(experiment, tmp_path):
         reference = render_json(build_report(attempt_table(store), n_resamples=200))
     for source in (experiment, out, out / "results.json"):
         df = load_attempts(source)
-        assert tuple(df.columns) == COLUMNS
+        assert tuple(df.columns) == ALL_COLUMNS
         assert render_json(build_report(df, n_resamples=200)) == reference, source
     report = json.loads(reference)
     lift = {(r["model"], r["direction"]) for r in report["tables"]["headline"]["records"]}
@@ -294,3 +297,49 @@ def test_cli_export_prints_what_it_wrote(experiment, tmp_path):
     assert lines[2] == "missing (not in the attempt table): 1 infra_error, 1 pending"
     result = runner.invoke(export, [str(experiment)])
     assert result.exit_code == 2 and "--out" in result.output
+
+
+# ------------------------------------------------------------------------------------------------- GPU-time speedup
+def test_gpu_speedup_reaches_the_table_the_bundle_and_the_report(experiment, tmp_path):
+    with Store(experiment) as store:
+        df = attempt_table(store)
+    passed = df["passed"].astype(bool)
+    assert (df.loc[passed, "speedup_gpu"] == 1.5 * df.loc[passed, "speedup"]).all()
+    assert df.loc[~passed, "speedup_gpu"].isna().all()
+    bundle = load_attempts(export_bundle(experiment, tmp_path / "bundle"))
+    pd.testing.assert_series_equal(bundle["speedup_gpu"], df["speedup_gpu"], check_names=False)
+    swapped = with_speed_metric(df, "gpu")
+    assert (swapped.loc[passed, "speedup"] == df.loc[passed, "speedup_gpu"]).all()
+    e2e, gpu = build_report(df, n_resamples=200), build_report(df, n_resamples=200, speed="gpu")
+    assert (e2e["parameters"]["speed"], gpu["parameters"]["speed"]) == ("e2e", "gpu")
+    assert "GPU time" in " ".join(gpu["sections"][0]["text"])
+    # every GPU-time speedup is 1.5x its end-to-end one here, so the per-arm geometric means move with the choice
+    assert e2e["tables"]["per_arm"]["records"] != gpu["tables"]["per_arm"]["records"]
+
+
+def test_gpu_speedup_missing_is_a_clear_error(experiment, tmp_path):
+    with Store(experiment) as store:
+        df = attempt_table(store)
+    unmeasured = df.assign(speedup_gpu=math.nan)
+    with pytest.raises(ValueError, match=r"passed attempt\(s\) have no speedup_gpu"):
+        with_speed_metric(unmeasured, "gpu")
+    with pytest.raises(ValueError, match="no 'speedup_gpu' column"):
+        with_speed_metric(df.drop(columns=["speedup_gpu"]), "gpu")
+    with pytest.raises(ValueError, match="unknown speed metric"):
+        with_speed_metric(df, "wall")
+    table = tmp_path / "old.json"
+    table.write_text(json.dumps(unmeasured.drop(columns=["speedup_gpu"]).to_dict(orient="records")))
+    result = CliRunner().invoke(cli, ["report", str(table), "--speed", "gpu", "--out", str(tmp_path / "r")])
+    assert isinstance(result.exception, UserError) and "speedup_gpu" in str(result.exception)  # main(): 1 line, exit 2
+
+
+def test_a_store_written_before_the_column_gains_it(tmp_path):
+    root = make_experiment(tmp_path / "old")
+    db = sqlite3.connect(root / "metakernel.sqlite")
+    db.execute("ALTER TABLE attempts DROP COLUMN speedup_gpu")
+    db.commit()
+    db.close()
+    with Store(root) as store:
+        df = attempt_table(store)
+        assert "speedup_gpu" in store.attempts()[0]
+    assert df["speedup_gpu"].isna().all() and df["passed"].any()

@@ -154,6 +154,51 @@ def test_correct_llvm_kernel_passes_with_timing_and_baseline(problem, tmp_path, 
     assert "status: passed" in report.agent_text()
     # The baseline is cached on disk: a second grade reuses it.
     assert list((tmp_path / "cache" / "baselines").glob("27-eager-*.json"))
+    # No CUDA kernels on a CPU: no GPU-only times, so no GPU-time speedup (never a made-up one).
+    assert report.gpu_only_us is None and report.eager.gpu_only_us is None and report.speedup_gpu is None
+
+
+def test_gpu_time_speedup_is_shown_to_the_agent():
+    from metakernel.grader.report import GradeReport, Timing
+
+    eager = Timing(median_us=900.0, mean_us=900.0, stdev_us=1.0, min_us=899.0, n=50, rse=0.001,
+                   host_median_us=950.0, wall_s=0.1, gpu_only_us=600.0)
+    report = GradeReport(problem={"number": 27}, dsl="tirx", kernel_sha256="0" * 64, device="cuda", scale="full",
+                         status="passed", timing=eager, eager=eager, speedup=1.0, gpu_only_us=150.0,
+                         speedup_gpu=4.0)
+    assert "GPU kernel time alone: eager 600.0 us vs 150.0 us -> 4.000x" in report.agent_text()
+
+
+def test_profile_draws_stay_under_the_memory_cap(problem, monkeypatch):
+    from metakernel.grader import timing
+
+    draws = timing.profile_draws(problem, "cpu", "small", 6)
+    assert len(draws) == 6 and not all(a[0].equal(b[0]) for a, b in zip(draws, draws[1:], strict=False))
+    one = sum(x.numel() * x.element_size() for x in draws[0] if hasattr(x, "numel"))
+    monkeypatch.setattr(timing, "PROFILE_BYTES", 2 * one)
+    assert len(timing.profile_draws(problem, "cpu", "small", 6)) == 2
+
+
+def test_local_input_copies_write_in_place_effects_back():
+    import torch
+
+    from metakernel.grader.child import _copy_back, _local_copies
+
+    received = [torch.randn(8), 3]
+    assert _local_copies(torch, received)[0] is received[0]  # only GPU tensors are copied
+    local = [received[0].clone() + 1.0, 3]
+    _copy_back(received, local)
+    assert torch.equal(received[0], local[0])
+
+
+def test_fixed_layout_children_start_without_address_randomisation():
+    import subprocess
+
+    from metakernel.grader.worker import _no_address_randomisation
+
+    flags = subprocess.run(["cat", "/proc/self/personality"], preexec_fn=_no_address_randomisation,
+                           capture_output=True, text=True, check=True).stdout
+    assert int(flags, 16) & 0x0040000
 
 
 @pytest.mark.parametrize("name, status, reason", [

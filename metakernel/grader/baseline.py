@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import secrets
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -19,7 +18,7 @@ import torch
 
 from metakernel.expected import fresh_copies
 from metakernel.grader.report import Timing
-from metakernel.grader.timing import measure
+from metakernel.grader.timing import fresh_draw, measure, profile_draws
 from metakernel.grader.worker import Worker, WorkerFailure
 from metakernel.jsonio import write_json_atomic
 from metakernel.problem import Problem
@@ -32,8 +31,18 @@ def cache_dir() -> Path:
 
 def _key(problem: Problem, device: str, scale: str, kind: str, flush: str) -> str:
     gpu = torch.cuda.get_device_name(0) if device == "cuda" and torch.cuda.is_available() else "cpu"
-    raw = json.dumps([problem.content_hash, problem.version, gpu, torch.__version__, device, scale, kind, flush])
+    # "gpu-only": entries from before baselines were profiled lack the eager GPU kernel time; measure them again
+    raw = json.dumps([problem.content_hash, problem.version, gpu, torch.__version__, device, scale, kind, flush,
+                      "gpu-only"])
     return hashlib.sha256(raw.encode()).hexdigest()[:24]
+
+
+def _gpu_kernel_us(worker: Worker, problem: Problem, device: str, scale: str, options: Any) -> float | None:
+    """The baseline's GPU kernel time per call, profiled over fresh draws like a candidate's; None if unknown."""
+    draws = profile_draws(problem, device, scale, options.profile_draws)
+    reply = worker.request({"op": "profile", "draws": draws, "repeats": 1}, timeout=options.call_timeout_s)
+    total = sum(us for _, us in reply.get("kernels", [])) if reply.get("ok") else 0.0
+    return total or None
 
 
 def eager_timing(problem: Problem, device: str, scale: str, *, kind: str, options: Any,
@@ -48,8 +57,7 @@ def eager_timing(problem: Problem, device: str, scale: str, *, kind: str, option
         worker.start()
 
         def call(i: int) -> dict[str, Any]:
-            torch.manual_seed(secrets.randbits(62))
-            inputs = problem.make_inputs(device=device, scale=scale)
+            inputs = fresh_draw(problem, device, scale)
             sent = fresh_copies(problem, inputs)
             if device == "cuda":
                 torch.cuda.synchronize()
@@ -64,6 +72,8 @@ def eager_timing(problem: Problem, device: str, scale: str, *, kind: str, option
 
         timing, _ = measure(call, warmup=options.warmup, min_timed=options.min_timed, max_timed=options.max_timed,
                             rse_target=options.rse_target, cap_s=options.timing_cap_s, flush=options.flush_l2)
+        if device == "cuda" and options.profile:
+            timing.gpu_only_us = _gpu_kernel_us(worker, problem, device, scale, options)
     except WorkerFailure:
         return None
     finally:

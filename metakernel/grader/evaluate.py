@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import random
-import secrets
 import statistics
 import time
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from metakernel.expected import compute_expected, fresh_copies, unchanged_snapsh
 from metakernel.grader.baseline import eager_timing
 from metakernel.grader.report import GradeReport
 from metakernel.grader.static import check_source
-from metakernel.grader.timing import measure
+from metakernel.grader.timing import fresh_draw, measure, profile_draws
 from metakernel.grader.worker import Worker, WorkerFailure
 from metakernel.hardware import H200
 from metakernel.problem import Problem
@@ -52,14 +51,6 @@ class GradeOptions:
     compile_baseline: bool = False
     profile: bool = True
     profile_draws: int = 6  # fresh draws profiled for GPU-only time and DSL share (child.Child.profile says why)
-
-
-_PROFILE_BYTES = 8 << 30  # inputs of all profiled draws are alive at once; fewer draws for very large problems
-
-
-def _draw(problem: Problem, device: str, scale: str) -> list[Any]:
-    torch.manual_seed(secrets.randbits(62))
-    return problem.make_inputs(device=device, scale=scale)
 
 
 def _sync(device: str) -> None:
@@ -166,7 +157,7 @@ class Evaluation:
         started = time.perf_counter()
         launches = []
         for draw in range(1, self.o.draws + 1):
-            inputs = _draw(self.problem, self.device, self.scale)
+            inputs = fresh_draw(self.problem, self.device, self.scale)
             expected = compute_expected(self.problem, inputs)
             sent = fresh_copies(self.problem, inputs)
             snapshot = unchanged_snapshot(self.problem, sent)
@@ -183,7 +174,7 @@ class Evaluation:
         self.report.phases_s["correctness"] = time.perf_counter() - started
 
     def ablation(self) -> None:
-        inputs = _draw(self.problem, self.device, self.scale)
+        inputs = fresh_draw(self.problem, self.device, self.scale)
         expected = compute_expected(self.problem, inputs)
         sent = fresh_copies(self.problem, inputs)
         assert self.worker is not None
@@ -208,7 +199,7 @@ class Evaluation:
 
     def audit(self) -> None:
         """Catch token kernels: a DSL launch handed the finished answer (e.g. an eager result it merely copies)."""
-        inputs = _draw(self.problem, self.device, self.scale)
+        inputs = fresh_draw(self.problem, self.device, self.scale)
         expected = compute_expected(self.problem, inputs)
         reply = self.call(fresh_copies(self.problem, inputs), expected, want_outputs=False, audit=True)
         for launch, tensors in enumerate(reply.get("audited") or []):
@@ -237,7 +228,7 @@ class Evaluation:
         recheck_at = set(random.sample(range(self.o.min_timed), k=min(self.o.rechecks, self.o.min_timed)))
 
         def one(i: int) -> dict[str, Any]:
-            inputs = _draw(self.problem, self.device, self.scale)
+            inputs = fresh_draw(self.problem, self.device, self.scale)
             recheck = i in recheck_at
             expected = compute_expected(self.problem, inputs) if recheck else None
             sent = fresh_copies(self.problem, inputs)
@@ -259,10 +250,7 @@ class Evaluation:
 
     def profile(self) -> None:
         assert self.worker is not None
-        draws = [fresh_copies(self.problem, _draw(self.problem, self.device, self.scale))]
-        per_draw = sum(x.numel() * x.element_size() for x in draws[0] if isinstance(x, torch.Tensor))
-        while len(draws) < self.o.profile_draws and per_draw * (len(draws) + 1) <= _PROFILE_BYTES:
-            draws.append(fresh_copies(self.problem, _draw(self.problem, self.device, self.scale)))
+        draws = profile_draws(self.problem, self.device, self.scale, self.o.profile_draws)
         try:
             reply = self.worker.request({"op": "profile", "draws": draws, "repeats": 1},
                                         timeout=self.o.call_timeout_s)
@@ -303,10 +291,12 @@ class Evaluation:
         r = self.report
         if r.timing and r.eager:
             r.speedup = r.eager.median_us / r.timing.median_us
+        if r.eager and r.eager.gpu_only_us and r.gpu_only_us:
+            r.speedup_gpu = r.eager.gpu_only_us / r.gpu_only_us
         if r.timing and r.compiled:
             r.speedup_vs_compile = r.compiled.median_us / r.timing.median_us
         if r.timing and self.device == "cuda":
-            counts = self.problem.roofline(_draw(self.problem, self.device, self.scale))
+            counts = self.problem.roofline(fresh_draw(self.problem, self.device, self.scale))
             bound = H200.min_seconds(counts["flops"], counts["bytes"]) * 1e6
             r.roofline_fraction = bound / r.timing.median_us
         r.status, r.reason = "passed", ""
@@ -429,7 +419,7 @@ def dry_run(problem: Problem, dsl: str, kernel: Path, timeout_s: float = 300.0) 
             ev.worker.start()
         except WorkerFailure as exc:
             ev.end(exc.status, "import", f"importing kernel.py failed:\n{exc.text}")
-        inputs = fresh_copies(problem, _draw(problem, "cpu", "small"))
+        inputs = fresh_copies(problem, fresh_draw(problem, "cpu", "small"))
         expected_structure = compute_expected(problem, inputs).returned
         reply = ev.call(inputs, None, mode="intercept")
         if not reply.get("launches"):

@@ -9,12 +9,35 @@ reported times that cannot fit in it are flagged.
 
 from __future__ import annotations
 
+import secrets
 import statistics
 import time
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
+from metakernel.expected import fresh_copies
 from metakernel.grader.report import Timing
+from metakernel.problem import Problem
+
+#: Inputs of all profiled draws are alive at once: fewer draws for very large problems.
+PROFILE_BYTES = 8 << 30
+
+
+def fresh_draw(problem: Problem, device: str, scale: str) -> list[Any]:
+    """One draw of inputs from an unpredictable seed (made in the parent; the candidate never sees the seed)."""
+    torch.manual_seed(secrets.randbits(62))
+    return problem.make_inputs(device=device, scale=scale)
+
+
+def profile_draws(problem: Problem, device: str, scale: str, count: int) -> list[list[Any]]:
+    """Up to `count` fresh draws for one profiling request, fewer when their inputs would pass PROFILE_BYTES."""
+    draws = [fresh_copies(problem, fresh_draw(problem, device, scale))]
+    per_draw = sum(x.numel() * x.element_size() for x in draws[0] if isinstance(x, torch.Tensor))
+    while len(draws) < count and per_draw * (len(draws) + 1) <= PROFILE_BYTES:
+        draws.append(fresh_copies(problem, fresh_draw(problem, device, scale)))
+    return draws
 
 
 def timing_stats(samples: list[float], host: list[float], wall: float, flush: bool) -> Timing:
