@@ -50,8 +50,8 @@ class GradeReport:
     compiled: Timing | None = None
     speedup: float | None = None
     speedup_vs_compile: float | None = None
-    # eager GPU kernel time / this kernel's GPU kernel time: host time left out, so it repeats between gradings
-    # (within 2 % where the end-to-end speedup moves 5-30 %: validation/h200-grader-bench-draws.json)
+    # eager GPU kernel time / this kernel's GPU kernel time, host time left out: a kernel's GPU time repeated
+    # within 2 % between gradings where its end-to-end median moved up to 16 % (h200-grader-bench-draws.json)
     speedup_gpu: float | None = None
     roofline_fraction: float | None = None
     integrity: list[str] = field(default_factory=list)

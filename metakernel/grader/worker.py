@@ -49,8 +49,9 @@ def scrubbed_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
 def _no_address_randomisation() -> None:
     """Runs in the forked child before exec: turn address-space randomisation off (personality ADDR_NO_RANDOMIZE).
 
-    A process's memory layout changes its host-side speed by several percent (cache-set and alias effects), and
-    randomisation gives every grading child a different layout; with it off, every child gets the same one.
+    For the timing study (`scripts/bench_timing_modes.py --alternate layout`): does a child's memory layout explain
+    why two gradings of one kernel differ? Measured on the H200, no (validation/h200-timing-layout.json: 12-26 %
+    between children without randomisation, 15-34 % with it), so grading leaves it on.
     """
     import ctypes
 
