@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -26,12 +27,18 @@ REPEAT_TOLERANCE = 0.02
 MIN_US_FOR_REPEAT = 50.0
 
 
+def _rel_diff(a: float | None, b: float | None) -> float | None:
+    return abs(a - b) / a if a and b else None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="problem numbers, comma separated")
     parser.add_argument("--out", default="validation/h200-grader-bench.json")
     parser.add_argument("--budget", type=float, default=480.0, help="seconds before stopping (resume later)")
     parser.add_argument("--flush-l2", action="store_true", help="grade with the L2 flush before every timed call")
+    parser.add_argument("--fresh-baselines", action="store_true",
+                        help="measure the eager baseline again for every grading (else the first one is cached)")
     parser.add_argument("--spin-ms", type=float, default=GradeOptions.spin_ms,
                         help="GPU kept busy before each timed call (0 = off, the behaviour before the fix)")
     args = parser.parse_args()
@@ -42,7 +49,8 @@ def main() -> int:
     catalog = load_catalog()
     started = time.monotonic()
     options = GradeOptions(flush_l2=args.flush_l2, spin_ms=args.spin_ms)
-    data.setdefault("options", {}).update(flush_l2=args.flush_l2, spin_ms=args.spin_ms)
+    data.setdefault("options", {}).update(flush_l2=args.flush_l2, spin_ms=args.spin_ms,
+                                          fresh_baselines=args.fresh_baselines)
     for sol in gold.discover():
         if sol.kind != "gold" or (wanted and sol.number not in wanted) or sol.key in data["solutions"]:
             continue
@@ -52,6 +60,8 @@ def main() -> int:
         problem = catalog.problem(sol.number)
         runs = []
         for _ in range(2):
+            if args.fresh_baselines:  # the eager baseline measured again per grading: speedups repeat or not
+                os.environ["METAKERNEL_CACHE_DIR"] = tempfile.mkdtemp(prefix="mk-bench-cache-")
             t0 = time.perf_counter()
             report = grade(problem, sol.dsl, sol.path, device="cuda", options=options)
             wall = time.perf_counter() - t0
@@ -64,12 +74,16 @@ def main() -> int:
                 "median_us": timing.median_us if timing else None, "n": timing.n if timing else None,
                 "rse": timing.rse if timing else None, "gpu_only_us": report.gpu_only_us,
                 "gpu_busy_s": (report.gpu_only_us or 0) * 1e-6 * (timing.n if timing else 0),
+                "eager_median_us": report.eager.median_us if report.eager else None,
+                "eager_gpu_only_us": report.eager.gpu_only_us if report.eager else None,
+                "speedup": report.speedup, "speedup_gpu": report.speedup_gpu,
             })
         m1, m2 = runs[0]["median_us"], runs[1]["median_us"]
         diff = abs(m1 - m2) / m1 if m1 and m2 else None
         g1, g2 = runs[0]["gpu_only_us"], runs[1]["gpu_only_us"]
         gpu_diff = abs(g1 - g2) / g1 if g1 and g2 else None
-        data["solutions"][sol.key] = {
+        speedup_diffs = {f"{k}_rel_diff": _rel_diff(runs[0][k], runs[1][k]) for k in ("speedup", "speedup_gpu")}
+        data["solutions"][sol.key] = {**speedup_diffs,
             "dsl": sol.dsl, "problem": problem.identity, "runs": runs, "median_rel_diff": diff,
             "repeat_ok": None if diff is None or m1 < MIN_US_FOR_REPEAT else diff <= REPEAT_TOLERANCE,
             "gpu_only_rel_diff": gpu_diff,
