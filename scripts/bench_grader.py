@@ -5,6 +5,10 @@ evaluation wall time, import + first-call (compile) time, GPU busy time (kernel 
 two medians and their relative difference. Kernels with medians >= 50 us must repeat within 2 %.
 
     METAKERNEL_REVISION=<commit> python3 scripts/bench_grader.py [--only 28,36] [--out FILE]
+        [--fresh-baselines] [--host-gate 0.15 --min-timing-s 2] [--flush-l2] [--spin-ms MS]
+
+--fresh-baselines measures the eager baseline again for each grading, so the speedups (end-to-end and GPU-time)
+are compared too; --host-gate counts only draws taken at full host speed (grader/timing.measure).
 
 Resumable: finished solutions in the output file are kept; the file is rewritten after each one.
 """
@@ -37,6 +41,10 @@ def main() -> int:
     parser.add_argument("--out", default="validation/h200-grader-bench.json")
     parser.add_argument("--budget", type=float, default=480.0, help="seconds before stopping (resume later)")
     parser.add_argument("--flush-l2", action="store_true", help="grade with the L2 flush before every timed call")
+    parser.add_argument("--host-gate", type=float, default=GradeOptions.host_gate,
+                        help="count only draws taken at full host speed (e.g. 0.15; 0 = every draw)")
+    parser.add_argument("--min-timing-s", type=float, default=GradeOptions.min_timing_s,
+                        help="sample at least this long (with the gate: e.g. 2)")
     parser.add_argument("--fresh-baselines", action="store_true",
                         help="measure the eager baseline again for every grading (else the first one is cached)")
     parser.add_argument("--spin-ms", type=float, default=GradeOptions.spin_ms,
@@ -48,9 +56,11 @@ def main() -> int:
     wanted = {int(x) for x in args.only.split(",") if x.strip()}
     catalog = load_catalog()
     started = time.monotonic()
-    options = GradeOptions(flush_l2=args.flush_l2, spin_ms=args.spin_ms)
+    options = GradeOptions(flush_l2=args.flush_l2, spin_ms=args.spin_ms, host_gate=args.host_gate,
+                           min_timing_s=args.min_timing_s)
     data.setdefault("options", {}).update(flush_l2=args.flush_l2, spin_ms=args.spin_ms,
-                                          fresh_baselines=args.fresh_baselines)
+                                          fresh_baselines=args.fresh_baselines, host_gate=args.host_gate,
+                                          min_timing_s=args.min_timing_s)
     for sol in gold.discover():
         if sol.kind != "gold" or (wanted and sol.number not in wanted) or sol.key in data["solutions"]:
             continue
@@ -72,6 +82,10 @@ def main() -> int:
                 "correctness_s": report.phases_s.get("correctness"), "timing_s": report.phases_s.get("timing"),
                 "baselines_s": report.phases_s.get("baselines"),
                 "median_us": timing.median_us if timing else None, "n": timing.n if timing else None,
+                "all_median_us": timing.all_median_us if timing else None,
+                "kept_share": timing.kept_share if timing else None,
+                "probe_fast_us": timing.probe_fast_us if timing else None,
+                "probe_median_us": timing.probe_median_us if timing else None,
                 "rse": timing.rse if timing else None, "gpu_only_us": report.gpu_only_us,
                 "gpu_busy_s": (report.gpu_only_us or 0) * 1e-6 * (timing.n if timing else 0),
                 "eager_median_us": report.eager.median_us if report.eager else None,

@@ -154,6 +154,10 @@ def test_correct_llvm_kernel_passes_with_timing_and_baseline(problem, tmp_path, 
     assert "status: passed" in report.agent_text()
     # The baseline is cached on disk: a second grade reuses it.
     assert list((tmp_path / "cache" / "baselines").glob("27-eager-*.json"))
+    # Every timed draw carried a host probe; with the gate off every draw counts.
+    t = report.timing
+    assert t.draws == t.n and t.kept_share == 1.0 and t.all_median_us == t.median_us and t.host_gate == 0.0
+    assert t.probe_fast_us > 0 and t.probe_median_us >= t.probe_fast_us
     # No CUDA kernels on a CPU: no GPU-only times, so no GPU-time speedup (never a made-up one).
     assert report.gpu_only_us is None and report.eager.gpu_only_us is None and report.speedup_gpu is None
 
@@ -289,3 +293,42 @@ def test_dry_run_intercepts_and_checks_structure(problem, tmp_path):
     assert (bad.status, bad.reason) == ("wrong", "structure")
     none = dry_run(problem, "tirx", _kernel(tmp_path, "no_launch"))
     assert (none.status, none.reason) == ("rule_violation", "no_dsl_launch")
+
+
+def _two_state_host(fast_share: float):
+    """Replies of a host that is fast (10 us calls, 30 us probes) a given share of the time, else 2x slower."""
+    import random
+
+    rng = random.Random(7)
+
+    def call(i: int) -> dict:
+        slow = rng.random() >= fast_share
+        jitter = 1 + rng.uniform(-0.02, 0.02)
+        return {"event_s": (20e-6 if slow else 10e-6) * jitter, "host_s": 11e-6, "wall_s": 1e-3,
+                "probe_s": (60e-6 if slow else 30e-6) * jitter}
+    return call
+
+
+@pytest.mark.parametrize("fast_share", [0.8, 0.3])
+def test_host_gate_reports_the_fast_host_median_whatever_the_mix(fast_share):
+    from metakernel.grader.timing import measure
+
+    def run(gate: float):
+        return measure(_two_state_host(fast_share), warmup=0, min_timed=50, max_timed=400, rse_target=0.005,
+                       cap_s=10, flush=False, gate=gate)
+
+    (gated, flags), (ungated, _) = run(0.15), run(0.0)
+    assert gated.median_us == pytest.approx(10.0, rel=0.03) and gated.n >= 50 and not flags
+    assert gated.kept_share == pytest.approx(fast_share, abs=0.1) and gated.probe_fast_us == pytest.approx(30, rel=0.03)
+    # without the gate the median follows the mix: fast when the host was mostly fast, slow otherwise
+    assert ungated.median_us == pytest.approx(10.0 if fast_share > 0.5 else 20.0, rel=0.05)
+    assert ungated.kept_share == 1.0 and gated.all_median_us == pytest.approx(ungated.median_us, rel=0.05)
+
+
+def test_host_gate_flags_too_few_fast_draws_and_ignores_missing_probes():
+    from metakernel.grader.timing import kept_indices, measure
+
+    timing, flags = measure(_two_state_host(0.3), warmup=0, min_timed=50, max_timed=60, rse_target=0.005, cap_s=10,
+                            flush=False, gate=0.15)
+    assert timing.draws == 60 and timing.n < 50 and any("full host speed" in f for f in flags)
+    assert kept_indices([30e-6, None, 60e-6], 0.15, 3) == [0, 1, 2]  # a reply without a probe: every draw counts

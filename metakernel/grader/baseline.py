@@ -48,7 +48,10 @@ def _gpu_kernel_us(worker: Worker, problem: Problem, device: str, scale: str, op
 def eager_timing(problem: Problem, device: str, scale: str, *, kind: str, options: Any,
                  use_cache: bool = True) -> Timing | None:
     """Median time of the reference (kind "eager") or its torch.compile form (kind "compile")."""
-    key = _key(problem, device, scale, kind, f"{options.flush_l2}-{options.spin_ms}")
+    setting = f"{options.flush_l2}-{options.spin_ms}"
+    if options.host_gate > 0 or options.min_timing_s > 0:
+        setting += f"-gate{options.host_gate}-{options.min_timing_s}"
+    key = _key(problem, device, scale, kind, setting)
     path = cache_dir() / "baselines" / f"{problem.nn}-{kind}-{key}.json"
     if use_cache and path.is_file():
         return Timing(**json.loads(path.read_text())["timing"])
@@ -71,7 +74,8 @@ def eager_timing(problem: Problem, device: str, scale: str, *, kind: str, option
             return reply
 
         timing, _ = measure(call, warmup=options.warmup, min_timed=options.min_timed, max_timed=options.max_timed,
-                            rse_target=options.rse_target, cap_s=options.timing_cap_s, flush=options.flush_l2)
+                            rse_target=options.rse_target, cap_s=options.timing_cap_s, flush=options.flush_l2,
+                            gate=options.host_gate, min_span_s=options.min_timing_s)
         if device == "cuda" and options.profile:
             timing.gpu_only_us = _gpu_kernel_us(worker, problem, device, scale, options)
     except WorkerFailure:

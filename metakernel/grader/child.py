@@ -174,6 +174,7 @@ class Child:
         local = timed and bool(msg.get("local_inputs")) and self.device == "cuda"
         inputs = _local_copies(torch, received) if local else received
         repeat = max(1, int(msg.get("repeat", 1))) if timed else 1
+        probe_s = _host_probe() if timed else None
         if self.device == "cuda":
             if timed and msg.get("warm_first"):
                 with torch.no_grad():
@@ -204,7 +205,7 @@ class Child:
                 out = self.solve(*inputs)
             host1 = _perf()
             event_s = host1 - host0
-        reply = {"ok": True, "event_s": event_s, "host_s": (host1 - host0) / repeat,
+        reply = {"ok": True, "event_s": event_s, "host_s": (host1 - host0) / repeat, "probe_s": probe_s,
                  "launches": self.gate.launches if self.gate else None}
         if self.gate is not None and self.gate.audit:
             reply["audited"] = self.gate.audited
@@ -253,6 +254,19 @@ class Child:
         if op == "profile":
             return self.profile(msg)
         raise _Fail("infra_error", f"unknown request {op!r}")
+
+
+def _host_probe(iterations: int = 1000) -> float:
+    """Seconds this interpreter takes for a fixed loop now: the host's CPU speed just before a timed call.
+
+    The VMs measured alternate between a fast and a ~2x slower CPU state for about a second at a time
+    (validation/cpu-host-speed.json); the parent can count only draws taken in the fast state (timing.measure).
+    """
+    started = _perf()
+    total = 0
+    for i in range(iterations):
+        total += i
+    return _perf() - started
 
 
 def _local_copies(torch: Any, received: list[Any]) -> list[Any]:

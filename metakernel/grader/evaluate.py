@@ -39,6 +39,8 @@ class GradeOptions:
     warmup: int = 3
     min_timed: int = 50
     max_timed: int = 200
+    host_gate: float = 0.0  # > 0: count only draws taken at full host speed (timing.measure; experimental)
+    min_timing_s: float = 0.0  # sample at least this long (with the gate: long enough to meet the fast state)
     timing_cap_s: float = 60.0
     rse_target: float = 0.005
     rechecks: int = 3
@@ -243,7 +245,8 @@ class Evaluation:
             return reply
 
         timing, flags = measure(one, warmup=self.o.warmup, min_timed=self.o.min_timed, max_timed=self.o.max_timed,
-                                rse_target=self.o.rse_target, cap_s=self.o.timing_cap_s, flush=self.o.flush_l2)
+                                rse_target=self.o.rse_target, cap_s=self.o.timing_cap_s, flush=self.o.flush_l2,
+                                gate=self.o.host_gate, min_span_s=self.o.min_timing_s)
         self.report.timing = timing
         self.report.integrity.extend(flags)
         self.report.phases_s["timing"] = timing.wall_s

@@ -23,6 +23,15 @@ class Timing:
     wall_s: float  # the parent's wall clock over the whole timing phase
     l2_flush: bool = False
     gpu_only_us: float | None = None  # baselines: profiled kernel time per call (candidates keep it on the report)
+    # Host speed (timing.measure says why): draws taken, the share counted, the median over every draw, the
+    # probe's fast level and median, and the gate used (0 = every draw counted). median_us, n and rse describe the
+    # counted draws.
+    draws: int | None = None
+    kept_share: float | None = None
+    all_median_us: float | None = None
+    probe_fast_us: float | None = None
+    probe_median_us: float | None = None
+    host_gate: float = 0.0
 
 
 @dataclass
