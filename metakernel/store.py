@@ -50,7 +50,7 @@ CREATE TABLE IF NOT EXISTS attempts (
     final_submission INTEGER, submissions INTEGER, checks INTEGER, turns INTEGER,
     tokens_in INTEGER, tokens_out INTEGER, cost_usd REAL, cost_status TEXT, wall_s REAL, queue_s REAL,
     ended_by TEXT, error TEXT, started TEXT, finished TEXT, synthetic INTEGER NOT NULL DEFAULT 0,
-    schema TEXT NOT NULL DEFAULT 'metakernel.attempt/1', speedup_gpu REAL);
+    schema TEXT NOT NULL DEFAULT 'metakernel.attempt/1');
 CREATE TABLE IF NOT EXISTS submissions (
     attempt_id TEXT NOT NULL, try INTEGER NOT NULL, kind TEXT NOT NULL, n INTEGER NOT NULL,
     kernel_sha256 TEXT NOT NULL, path TEXT NOT NULL, status TEXT NOT NULL, reason TEXT, speedup REAL,
@@ -66,7 +66,8 @@ CREATE TABLE IF NOT EXISTS skills (
     truncated INTEGER NOT NULL, lint TEXT NOT NULL, path TEXT NOT NULL, updated TEXT NOT NULL);
 """
 
-#: Columns added to `attempts` after stores were first written (same schema: old stores gain them empty).
+#: Columns added to `attempts` after stores were first written (same schema): every store, new or old, gains them
+#: on open, so this is their one declaration.
 _ADDED_COLUMNS = (("speedup_gpu", "REAL"),)
 
 
@@ -98,7 +99,7 @@ class Store:
         self._db.executescript(_DDL)
         columns = {row[1] for row in self._db.execute("PRAGMA table_info(attempts)")}
         for column, kind in _ADDED_COLUMNS:
-            if column not in columns:  # a store made before the column existed: add it, empty
+            if column not in columns:  # new stores, and old ones (their rows get it empty)
                 self._db.execute(f"ALTER TABLE attempts ADD COLUMN {column} {kind}")
         found = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
         if found is None:

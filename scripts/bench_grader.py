@@ -93,9 +93,9 @@ def main() -> int:
                 "speedup": report.speedup, "speedup_gpu": report.speedup_gpu,
             })
         m1, m2 = runs[0]["median_us"], runs[1]["median_us"]
-        diff = abs(m1 - m2) / m1 if m1 and m2 else None
+        diff = _rel_diff(m1, m2)
         g1, g2 = runs[0]["gpu_only_us"], runs[1]["gpu_only_us"]
-        gpu_diff = abs(g1 - g2) / g1 if g1 and g2 else None
+        gpu_diff = _rel_diff(g1, g2)
         speedup_diffs = {f"{k}_rel_diff": _rel_diff(runs[0][k], runs[1][k]) for k in ("speedup", "speedup_gpu")}
         data["solutions"][sol.key] = {**speedup_diffs,
             "dsl": sol.dsl, "problem": problem.identity, "runs": runs, "median_rel_diff": diff,

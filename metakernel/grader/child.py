@@ -226,13 +226,14 @@ class Child:
 
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device == "cuda" else [])
         draws = msg.get("draws") or [msg["inputs"]]
-        calls = len(draws) * int(msg.get("repeats", 1))
+        repeats = int(msg.get("repeats", 1))
+        calls = len(draws) * repeats
         if self.gate is not None:
             self.gate.mode = "run"
             self.gate.reset()
         with profile(activities=activities) as prof, torch.no_grad():
             for inputs in draws:
-                for _ in range(int(msg.get("repeats", 1))):
+                for _ in range(repeats):
                     self.keep = self.solve(*inputs)
             if self.device == "cuda":
                 self._sync()

@@ -23,7 +23,7 @@ from metakernel.expected import compute_expected, fresh_copies, unchanged_snapsh
 from metakernel.grader.baseline import eager_timing
 from metakernel.grader.report import GradeReport
 from metakernel.grader.static import check_source
-from metakernel.grader.timing import fresh_draw, measure, profile_draws
+from metakernel.grader.timing import fresh_draw, measure, profile_request
 from metakernel.grader.worker import Worker, WorkerFailure
 from metakernel.hardware import H200
 from metakernel.problem import Problem
@@ -253,9 +253,8 @@ class Evaluation:
 
     def profile(self) -> None:
         assert self.worker is not None
-        draws = profile_draws(self.problem, self.device, self.scale, self.o.profile_draws)
         try:
-            reply = self.worker.request({"op": "profile", "draws": draws, "repeats": 1},
+            reply = self.worker.request(profile_request(self.problem, self.device, self.scale, self.o.profile_draws),
                                         timeout=self.o.call_timeout_s)
         except WorkerFailure as exc:
             self.report.integrity.append(f"profiling failed: {exc.status}")

@@ -40,6 +40,11 @@ def profile_draws(problem: Problem, device: str, scale: str, count: int) -> list
     return draws
 
 
+def profile_request(problem: Problem, device: str, scale: str, count: int) -> dict[str, Any]:
+    """The child's profile request (child.Child.profile): one call on each of `profile_draws`' draws."""
+    return {"op": "profile", "draws": profile_draws(problem, device, scale, count), "repeats": 1}
+
+
 def timing_stats(samples: list[float], host: list[float], wall: float, flush: bool,
                  probes: list[float | None] | None = None, gate: float = 0.0) -> Timing:
     """Median-centred statistics of per-call seconds (rse: standard error of the median over the median).
@@ -52,7 +57,7 @@ def timing_stats(samples: list[float], host: list[float], wall: float, flush: bo
     med = statistics.median(us)
     sd = statistics.stdev(us) if len(us) > 1 else 0.0
     rse = (1.2533 * sd / len(us) ** 0.5) / med if med > 0 else 0.0
-    known = [p for p in probes or [] if p is not None]
+    known = _valid_probes(probes)
     return Timing(median_us=med, mean_us=statistics.fmean(us), stdev_us=sd, min_us=min(us), n=len(us), rse=rse,
                   host_median_us=statistics.median(host[i] * 1e6 for i in kept), wall_s=wall, l2_flush=flush,
                   draws=len(samples), kept_share=len(us) / len(samples),
@@ -67,9 +72,13 @@ def _fast_level(probes: list[float]) -> float:
     return ordered[(len(ordered) - 1) // 10]
 
 
+def _valid_probes(probes: list[float | None] | None) -> list[float]:
+    return [p for p in probes or [] if p is not None and p > 0]
+
+
 def kept_indices(probes: list[float | None] | None, gate: float, n: int) -> list[int]:
     """Draws taken at full host speed: probe ≤ (1 + gate) x the fast level (every draw if off or a probe is missing)."""
-    known = [p for p in probes or [] if p is not None and p > 0]
+    known = _valid_probes(probes)
     if gate <= 0 or len(known) != n:
         return list(range(n))
     limit = _fast_level(known) * (1.0 + gate)
