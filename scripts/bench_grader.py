@@ -5,10 +5,13 @@ evaluation wall time, import + first-call (compile) time, GPU busy time (kernel 
 two medians and their relative difference. Kernels with medians >= 50 us must repeat within 2 %.
 
     METAKERNEL_REVISION=<commit> python3 scripts/bench_grader.py [--only 28,36] [--out FILE]
-        [--fresh-baselines] [--host-gate 0.15 --min-timing-s 2] [--flush-l2] [--spin-ms MS]
+        [--fresh-baselines] [--host-gate 0.15 --min-timing-s 2 [--host-fast-us auto] [--timing-cap-s 8]]
+        [--flush-l2] [--spin-ms MS]
 
 --fresh-baselines measures the eager baseline again for each grading, so the speedups (end-to-end and GPU-time)
-are compared too; --host-gate counts only draws taken at full host speed (grader/timing.measure).
+are compared too; --host-gate counts only draws taken at full host speed (grader/timing.measure), and
+--host-fast-us auto first measures the host's fast level here for 10 s so that a grading spent wholly in the slow
+state still knows it (it then samples until the fast state comes back or --timing-cap-s passes).
 
 Resumable: finished solutions in the output file are kept; the file is rewritten after each one.
 """
@@ -25,6 +28,7 @@ from pathlib import Path
 from metakernel import gold
 from metakernel.catalog import load_catalog
 from metakernel.grader.evaluate import GradeOptions, grade
+from metakernel.grader.timing import host_fast_level_us
 from metakernel.provenance import provenance
 
 REPEAT_TOLERANCE = 0.02
@@ -45,6 +49,10 @@ def main() -> int:
                         help="count only draws taken at full host speed (e.g. 0.15; 0 = every draw)")
     parser.add_argument("--min-timing-s", type=float, default=GradeOptions.min_timing_s,
                         help="sample at least this long (with the gate: e.g. 2)")
+    parser.add_argument("--host-fast-us", default="",
+                        help="the gate's reference fast level: a number, or 'auto' to measure it here first")
+    parser.add_argument("--timing-cap-s", type=float, default=GradeOptions.timing_cap_s,
+                        help="stop sampling after this long (with the gate: the wait for the fast state)")
     parser.add_argument("--fresh-baselines", action="store_true",
                         help="measure the eager baseline again for every grading (else the first one is cached)")
     parser.add_argument("--spin-ms", type=float, default=GradeOptions.spin_ms,
@@ -56,11 +64,16 @@ def main() -> int:
     wanted = {int(x) for x in args.only.split(",") if x.strip()}
     catalog = load_catalog()
     started = time.monotonic()
+    fast_us = data.get("options", {}).get("host_fast_us")  # a resumed run keeps its reference level
+    if args.host_fast_us and fast_us is None:
+        fast_us = host_fast_level_us(10.0) if args.host_fast_us == "auto" else float(args.host_fast_us)
+        print(f"host fast probe level: {fast_us:.1f} us")
     options = GradeOptions(flush_l2=args.flush_l2, spin_ms=args.spin_ms, host_gate=args.host_gate,
-                           min_timing_s=args.min_timing_s)
+                           min_timing_s=args.min_timing_s, host_fast_us=fast_us, timing_cap_s=args.timing_cap_s)
     data.setdefault("options", {}).update(flush_l2=args.flush_l2, spin_ms=args.spin_ms,
                                           fresh_baselines=args.fresh_baselines, host_gate=args.host_gate,
-                                          min_timing_s=args.min_timing_s)
+                                          min_timing_s=args.min_timing_s, host_fast_us=fast_us,
+                                          timing_cap_s=args.timing_cap_s)
     for sol in gold.discover():
         if sol.kind != "gold" or (wanted and sol.number not in wanted) or sol.key in data["solutions"]:
             continue
@@ -84,6 +97,8 @@ def main() -> int:
                 "median_us": timing.median_us if timing else None, "n": timing.n if timing else None,
                 "all_median_us": timing.all_median_us if timing else None,
                 "kept_share": timing.kept_share if timing else None,
+                "draws": timing.draws if timing else None,
+                "integrity": report.integrity,
                 "probe_fast_us": timing.probe_fast_us if timing else None,
                 "probe_median_us": timing.probe_median_us if timing else None,
                 "rse": timing.rse if timing else None, "gpu_only_us": report.gpu_only_us,

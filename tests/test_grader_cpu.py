@@ -326,9 +326,36 @@ def test_host_gate_reports_the_fast_host_median_whatever_the_mix(fast_share):
 
 
 def test_host_gate_flags_too_few_fast_draws_and_ignores_missing_probes():
+    import time
+
     from metakernel.grader.timing import kept_indices, measure
 
-    timing, flags = measure(_two_state_host(0.3), warmup=0, min_timed=50, max_timed=60, rse_target=0.005, cap_s=10,
+    host = _two_state_host(0.3)
+
+    def slow_call(i: int) -> dict:
+        time.sleep(0.002)  # the gate samples until the time cap when too few draws are fast
+        return host(i)
+
+    timing, flags = measure(slow_call, warmup=0, min_timed=50, max_timed=60, rse_target=0.005, cap_s=0.1,
                             flush=False, gate=0.15)
-    assert timing.draws == 60 and timing.n < 50 and any("full host speed" in f for f in flags)
+    assert timing.draws > timing.n and timing.n < 50 and any("full host speed" in f for f in flags)
     assert kept_indices([30e-6, None, 60e-6], 0.15, 3) == [0, 1, 2]  # a reply without a probe: every draw counts
+
+
+def test_host_gate_reference_level_catches_a_grading_that_never_met_the_fast_state():
+    from metakernel.grader.timing import kept_indices, measure, timing_stats
+
+    always_slow = _two_state_host(0.0)
+    # Alone, the gate takes the slow level for the fast one and counts every draw.
+    alone, _ = measure(always_slow, warmup=0, min_timed=50, max_timed=100, rse_target=0.005, cap_s=10,
+                       flush=False, gate=0.15)
+    assert alone.median_us == pytest.approx(20.0, rel=0.05) and alone.kept_share == 1.0
+    # With the host's fast level known beforehand no draw counts: the median over all is reported and flagged.
+    probes = [always_slow(i)["probe_s"] for i in range(100)]
+    assert kept_indices(probes, 0.15, 100, fast_ref_s=30e-6) == []
+    none_fast = timing_stats([20e-6] * 100, [11e-6] * 100, 1.0, False, probes, 0.15, fast_ref_s=30e-6)
+    assert none_fast.n == 100 and none_fast.kept_share == 0.0 and none_fast.probe_fast_us == pytest.approx(30.0)
+    # A mostly slow grading with the reference level reports the fast host's median.
+    gated, flags = measure(_two_state_host(0.2), warmup=0, min_timed=50, max_timed=100, rse_target=0.005, cap_s=10,
+                           flush=False, gate=0.15, fast_ref_s=30e-6)
+    assert gated.median_us == pytest.approx(10.0, rel=0.03) and gated.n >= 50 and not flags

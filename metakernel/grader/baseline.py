@@ -18,7 +18,7 @@ import torch
 
 from metakernel.expected import fresh_copies
 from metakernel.grader.report import Timing
-from metakernel.grader.timing import fresh_draw, measure, profile_request
+from metakernel.grader.timing import fresh_draw, knobs, measure, profile_request
 from metakernel.grader.worker import Worker, WorkerFailure
 from metakernel.jsonio import write_json_atomic
 from metakernel.problem import Problem
@@ -50,7 +50,7 @@ def eager_timing(problem: Problem, device: str, scale: str, *, kind: str, option
     """Median time of the reference (kind "eager") or its torch.compile form (kind "compile")."""
     setting = f"{options.flush_l2}-{options.spin_ms}"
     if options.host_gate > 0 or options.min_timing_s > 0:
-        setting += f"-gate{options.host_gate}-{options.min_timing_s}"
+        setting += f"-gate{options.host_gate}-{options.min_timing_s}-{options.host_fast_us}"
     key = _key(problem, device, scale, kind, setting)
     path = cache_dir() / "baselines" / f"{problem.nn}-{kind}-{key}.json"
     if use_cache and path.is_file():
@@ -73,11 +73,12 @@ def eager_timing(problem: Problem, device: str, scale: str, *, kind: str, option
             reply["wall_s"] = time.perf_counter() - t0
             return reply
 
-        timing, _ = measure(call, warmup=options.warmup, min_timed=options.min_timed, max_timed=options.max_timed,
-                            rse_target=options.rse_target, cap_s=options.timing_cap_s, flush=options.flush_l2,
-                            gate=options.host_gate, min_span_s=options.min_timing_s)
+        timing, _ = measure(call, **knobs(options))
         if device == "cuda" and options.profile:
-            timing.gpu_only_us = _gpu_kernel_us(worker, problem, device, scale, options)
+            try:
+                timing.gpu_only_us = _gpu_kernel_us(worker, problem, device, scale, options)
+            except WorkerFailure:
+                pass  # the eager timing stands; only its GPU-only time stays unknown
     except WorkerFailure:
         return None
     finally:

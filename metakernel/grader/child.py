@@ -174,7 +174,7 @@ class Child:
         local = timed and bool(msg.get("local_inputs")) and self.device == "cuda"
         inputs = _local_copies(torch, received) if local else received
         repeat = max(1, int(msg.get("repeat", 1))) if timed else 1
-        probe_s = _host_probe() if timed else None
+        probe_s = host_probe() if timed else None
         if self.device == "cuda":
             if timed and msg.get("warm_first"):
                 with torch.no_grad():
@@ -257,7 +257,7 @@ class Child:
         raise _Fail("infra_error", f"unknown request {op!r}")
 
 
-def _host_probe(iterations: int = 1000) -> float:
+def host_probe(iterations: int = 1000) -> float:
     """Seconds this interpreter takes for a fixed loop now: the host's CPU speed just before a timed call.
 
     The VMs measured alternate between a fast and a ~2x slower CPU state for about a second at a time

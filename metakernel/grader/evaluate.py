@@ -23,7 +23,7 @@ from metakernel.expected import compute_expected, fresh_copies, unchanged_snapsh
 from metakernel.grader.baseline import eager_timing
 from metakernel.grader.report import GradeReport
 from metakernel.grader.static import check_source
-from metakernel.grader.timing import fresh_draw, measure, profile_request
+from metakernel.grader.timing import fresh_draw, knobs, measure, profile_request
 from metakernel.grader.worker import Worker, WorkerFailure
 from metakernel.hardware import H200
 from metakernel.problem import Problem
@@ -41,6 +41,7 @@ class GradeOptions:
     max_timed: int = 200
     host_gate: float = 0.0  # > 0: count only draws taken at full host speed (timing.measure; experimental)
     min_timing_s: float = 0.0  # sample at least this long (with the gate: long enough to meet the fast state)
+    host_fast_us: float | None = None  # the host's fast probe level measured beforehand (timing.measure, gate only)
     timing_cap_s: float = 60.0
     rse_target: float = 0.005
     rechecks: int = 3
@@ -244,9 +245,7 @@ class Evaluation:
                 self.report.rechecks += 1
             return reply
 
-        timing, flags = measure(one, warmup=self.o.warmup, min_timed=self.o.min_timed, max_timed=self.o.max_timed,
-                                rse_target=self.o.rse_target, cap_s=self.o.timing_cap_s, flush=self.o.flush_l2,
-                                gate=self.o.host_gate, min_span_s=self.o.min_timing_s)
+        timing, flags = measure(one, **knobs(self.o))
         self.report.timing = timing
         self.report.integrity.extend(flags)
         self.report.phases_s["timing"] = timing.wall_s

@@ -46,13 +46,15 @@ def profile_request(problem: Problem, device: str, scale: str, count: int) -> di
 
 
 def timing_stats(samples: list[float], host: list[float], wall: float, flush: bool,
-                 probes: list[float | None] | None = None, gate: float = 0.0) -> Timing:
+                 probes: list[float | None] | None = None, gate: float = 0.0,
+                 fast_ref_s: float | None = None) -> Timing:
     """Median-centred statistics of per-call seconds (rse: standard error of the median over the median).
 
     With `gate` > 0 the statistics describe only the draws `kept_indices` keeps (taken at full host speed); the
     median over every draw and the probe's levels are reported beside them either way.
     """
-    kept = kept_indices(probes, gate, len(samples))
+    fast = kept_indices(probes, gate, len(samples), fast_ref_s)
+    kept = fast or list(range(len(samples)))  # no draw at full speed: every draw (measure flags it)
     us = [samples[i] * 1e6 for i in kept]
     med = statistics.median(us)
     sd = statistics.stdev(us) if len(us) > 1 else 0.0
@@ -60,34 +62,65 @@ def timing_stats(samples: list[float], host: list[float], wall: float, flush: bo
     known = _valid_probes(probes)
     return Timing(median_us=med, mean_us=statistics.fmean(us), stdev_us=sd, min_us=min(us), n=len(us), rse=rse,
                   host_median_us=statistics.median(host[i] * 1e6 for i in kept), wall_s=wall, l2_flush=flush,
-                  draws=len(samples), kept_share=len(us) / len(samples),
+                  draws=len(samples), kept_share=len(fast) / len(samples),
                   all_median_us=statistics.median(x * 1e6 for x in samples),
-                  probe_fast_us=_fast_level(known) * 1e6 if known else None,
+                  probe_fast_us=_fast_level(known, fast_ref_s) * 1e6 if known else None,
                   probe_median_us=statistics.median(known) * 1e6 if known else None, host_gate=gate)
 
 
-def _fast_level(probes: list[float]) -> float:
-    """The host's fast level: the 10th percentile of the probes (the minimum is one lucky draw)."""
+def _fast_level(probes: list[float], fast_ref_s: float | None = None) -> float:
+    """The host's fast level: the 10th percentile of the probes (the minimum is one lucky draw).
+
+    A reference level measured beforehand wins when lower: a grading that spent its whole timing phase in the slow
+    state would otherwise take the slow level for the fast one.
+    """
     ordered = sorted(probes)
-    return ordered[(len(ordered) - 1) // 10]
+    level = ordered[(len(ordered) - 1) // 10]
+    return min(level, fast_ref_s) if fast_ref_s else level
 
 
 def _valid_probes(probes: list[float | None] | None) -> list[float]:
     return [p for p in probes or [] if p is not None and p > 0]
 
 
-def kept_indices(probes: list[float | None] | None, gate: float, n: int) -> list[int]:
+def kept_indices(probes: list[float | None] | None, gate: float, n: int,
+                 fast_ref_s: float | None = None) -> list[int]:
     """Draws taken at full host speed: probe ≤ (1 + gate) x the fast level (every draw if off or a probe is missing)."""
     known = _valid_probes(probes)
     if gate <= 0 or len(known) != n:
         return list(range(n))
-    limit = _fast_level(known) * (1.0 + gate)
+    limit = _fast_level(known, fast_ref_s) * (1.0 + gate)
     return [i for i, p in enumerate(known) if p <= limit]
+
+
+def host_fast_level_us(seconds: float, gap_s: float = 0.002) -> float:
+    """The host's fast probe level (µs): the 10th percentile of the child's probe taken every `gap_s` for `seconds`.
+
+    Measured once before a series of gradings (scripts/bench_grader.py --host-fast-us auto) so that the gate knows
+    the fast level even in a grading that never meets it. The probe is the very function the child runs.
+    """
+    from metakernel.grader.child import host_probe
+
+    probes = []
+    until = time.perf_counter() + seconds
+    while time.perf_counter() < until:
+        probes.append(host_probe())
+        time.sleep(gap_s)
+    return _fast_level(probes) * 1e6
+
+
+def knobs(options: Any) -> dict[str, Any]:
+    """`measure`'s keyword arguments from a GradeOptions (candidates and baselines are timed alike)."""
+    ref = options.host_fast_us
+    return {"warmup": options.warmup, "min_timed": options.min_timed, "max_timed": options.max_timed,
+            "rse_target": options.rse_target, "cap_s": options.timing_cap_s, "flush": options.flush_l2,
+            "gate": options.host_gate, "min_span_s": options.min_timing_s,
+            "fast_ref_s": ref * 1e-6 if ref else None}
 
 
 def measure(call: Callable[[int], dict[str, Any]], *, warmup: int, min_timed: int, max_timed: int,
             rse_target: float, cap_s: float, flush: bool, gate: float = 0.0,
-            min_span_s: float = 0.0) -> tuple[Timing, list[str]]:
+            min_span_s: float = 0.0, fast_ref_s: float | None = None) -> tuple[Timing, list[str]]:
     """Run `call(i)` (i < 0 for warm-up) until the stopping rule; returns the statistics and integrity flags.
 
     `call` prepares fresh inputs, makes one timed request and returns the child's reply (`event_s`, `host_s`, and
@@ -99,7 +132,10 @@ def measure(call: Callable[[int], dict[str, Any]], *, warmup: int, min_timed: in
     ~2x slower CPU state in ~1 s stretches (validation/cpu-host-speed.json), and a grading that sat in the slow
     state reported a host-bound median 10-30 % higher (H200) than another grading of the same kernel. With the gate
     only draws whose probe is within `gate` of the host's fast level count, and `min_span_s` makes sampling last
-    long enough to meet the fast state. Not yet validated on the H200: scripts/h200_repeatability.sh measures it.
+    long enough to meet the fast state. With the gate, `max_timed` bounds the counted draws and only `cap_s` the
+    draws taken. `fast_ref_s` is the host's fast level measured beforehand (scripts/bench_grader.py --host-fast-us
+    auto), for gradings that never meet the fast state themselves. Not yet validated on the H200:
+    scripts/h200_repeatability.sh measures it.
     """
     for i in range(warmup):
         call(-1 - i)
@@ -108,7 +144,7 @@ def measure(call: Callable[[int], dict[str, Any]], *, warmup: int, min_timed: in
     walls: list[float] = []
     probes: list[float | None] = []
     started = time.perf_counter()
-    while len(samples) < max_timed:
+    while True:
         reply = call(len(samples))
         samples.append(reply["event_s"])
         host.append(reply["host_s"])
@@ -117,17 +153,21 @@ def measure(call: Callable[[int], dict[str, Any]], *, warmup: int, min_timed: in
         elapsed = time.perf_counter() - started
         if elapsed > cap_s:
             break
-        if len(samples) >= min_timed and elapsed >= min_span_s:
-            stats = timing_stats(samples, host, 0.0, flush, probes, gate)
-            if stats.n >= min_timed and stats.rse < rse_target:
+        counted = len(kept_indices(probes, gate, len(samples), fast_ref_s)) if gate > 0 else len(samples)
+        if counted >= max_timed:
+            break
+        if counted >= min_timed and elapsed >= min_span_s:
+            stats = timing_stats(samples, host, 0.0, flush, probes, gate, fast_ref_s)
+            if stats.rse < rse_target:
                 break
-    stats = timing_stats(samples, host, time.perf_counter() - started, flush, probes, gate)
+    stats = timing_stats(samples, host, time.perf_counter() - started, flush, probes, gate, fast_ref_s)
     flags = []
     if sum(samples) > sum(walls) * 1.02 + 1e-3:
         flags.append(f"reported times sum to {sum(samples):.4f} s but the calls took {sum(walls):.4f} s of wall time")
     if stats.median_us > stats.host_median_us * 1.05 + 50:
         flags.append(f"event median {stats.median_us:.1f} us exceeds the host bracket {stats.host_median_us:.1f} us")
-    if stats.n < min_timed:
-        flags.append(f"only {stats.n} of {len(samples)} draws were taken at full host speed (fewer than "
+    counted = len(kept_indices(probes, gate, len(samples), fast_ref_s))
+    if counted < min_timed:
+        flags.append(f"only {counted} of {len(samples)} draws were taken at full host speed (fewer than "
                      f"{min_timed}): the median may carry host slowdowns")
     return stats, flags
