@@ -13,7 +13,7 @@ export PYTHONUNBUFFERED=1
 HOST=validation/h200-host-speed.json
 [ -f "$HOST" ] || python3 scripts/bench_host_speed.py --seconds "${HOST_SECONDS:-30}" --out "$HOST"
 if [ -n "${GATE:-}" ]; then
-  REPORT=validation/h200-grader-bench-gate.json
+  REPORT=${REPORT:-validation/h200-grader-bench-gate.json}
   extra=(--host-gate "$GATE" --min-timing-s "${MIN_TIMING_S:-2}" --host-fast-us "${HOST_FAST_US:-auto}"
          --timing-cap-s "${TIMING_CAP_S:-8}")
 else
