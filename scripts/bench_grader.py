@@ -5,13 +5,14 @@ evaluation wall time, import + first-call (compile) time, GPU busy time (kernel 
 two medians and their relative difference. Kernels with medians >= 50 us must repeat within 2 %.
 
     METAKERNEL_REVISION=<commit> python3 scripts/bench_grader.py [--only 28,36] [--out FILE]
-        [--fresh-baselines] [--host-gate 0.15 --min-timing-s 2 [--host-fast-us auto] [--timing-cap-s 8]]
+        [--fresh-baselines] [--host-gate 0.15 --min-timing-s 2 [--host-fast-us auto] [--host-gate-wait-s 8]]
         [--flush-l2] [--spin-ms MS]
 
 --fresh-baselines measures the eager baseline again for each grading, so the speedups (end-to-end and GPU-time)
 are compared too; --host-gate counts only draws taken at full host speed (grader/timing.measure), and
 --host-fast-us auto first measures the host's fast level here for 10 s so that a grading spent wholly in the slow
-state still knows it (it then samples until the fast state comes back or --timing-cap-s passes).
+state still knows it (it then samples until the fast state comes back or --host-gate-wait-s passes). The gate
+is the grader's default; --host-gate 0 --min-timing-s 0 counts every draw.
 
 Resumable: finished solutions in the output file are kept; the file is rewritten after each one.
 """
@@ -52,7 +53,9 @@ def main() -> int:
     parser.add_argument("--host-fast-us", default="",
                         help="the gate's reference fast level: a number, or 'auto' to measure it here first")
     parser.add_argument("--timing-cap-s", type=float, default=GradeOptions.timing_cap_s,
-                        help="stop sampling after this long (with the gate: the wait for the fast state)")
+                        help="stop sampling after this long")
+    parser.add_argument("--host-gate-wait-s", type=float, default=GradeOptions.host_gate_wait_s,
+                        help="with the gate: stop waiting for fast draws after this long")
     parser.add_argument("--fresh-baselines", action="store_true",
                         help="measure the eager baseline again for every grading (else the first one is cached)")
     parser.add_argument("--spin-ms", type=float, default=GradeOptions.spin_ms,
@@ -69,11 +72,13 @@ def main() -> int:
         fast_us = host_fast_level_us(10.0) if args.host_fast_us == "auto" else float(args.host_fast_us)
         print(f"host fast probe level: {fast_us:.1f} us")
     options = GradeOptions(flush_l2=args.flush_l2, spin_ms=args.spin_ms, host_gate=args.host_gate,
-                           min_timing_s=args.min_timing_s, host_fast_us=fast_us, timing_cap_s=args.timing_cap_s)
+                           min_timing_s=args.min_timing_s, host_fast_us=fast_us, timing_cap_s=args.timing_cap_s,
+                           host_gate_wait_s=args.host_gate_wait_s)
     data.setdefault("options", {}).update(flush_l2=args.flush_l2, spin_ms=args.spin_ms,
                                           fresh_baselines=args.fresh_baselines, host_gate=args.host_gate,
                                           min_timing_s=args.min_timing_s, host_fast_us=fast_us,
-                                          timing_cap_s=args.timing_cap_s)
+                                          timing_cap_s=args.timing_cap_s,
+                                          host_gate_wait_s=args.host_gate_wait_s)
     for sol in gold.discover():
         if sol.kind != "gold" or (wanted and sol.number not in wanted) or sol.key in data["solutions"]:
             continue

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -124,7 +125,7 @@ def solve(x, b):
 }
 
 FAST = GradeOptions(draws=5, warmup=1, min_timed=10, max_timed=20, rse_target=0.5, timing_cap_s=10,
-                    call_timeout_s=60, start_timeout_s=180)
+                    call_timeout_s=60, start_timeout_s=180, host_gate=0.0, min_timing_s=0.0)
 
 
 @pytest.fixture(scope="module")
@@ -160,6 +161,26 @@ def test_correct_llvm_kernel_passes_with_timing_and_baseline(problem, tmp_path, 
     assert t.probe_fast_us > 0 and t.probe_median_us >= t.probe_fast_us
     # No CUDA kernels on a CPU: no GPU-only times, so no GPU-time speedup (never a made-up one).
     assert report.gpu_only_us is None and report.eager.gpu_only_us is None and report.speedup_gpu is None
+
+
+def test_default_host_gate_grades_end_to_end(problem, tmp_path, monkeypatch):
+    """The protocol's gate (on by default) through a real grading: the candidate and the eager baseline are both
+    timed on the draws taken at full host speed, sampling lasts at least min_timing_s, the wait is bounded."""
+    monkeypatch.setenv("METAKERNEL_CACHE_DIR", str(tmp_path / "cache"))
+    defaults = GradeOptions()
+    assert defaults.host_gate > 0 and defaults.min_timing_s > 0
+    options = GradeOptions(**{**FAST.__dict__, "host_gate": defaults.host_gate, "min_timing_s": 0.5,
+                              "host_gate_wait_s": 1.5, "max_timed": 400})
+    started = time.perf_counter()
+    report = grade(problem, "tirx", _kernel(tmp_path, "correct"), device="cpu", options=options)
+    assert report.status == "passed", report.agent_text()
+    for t in (report.timing, report.eager):
+        assert t is not None and t.host_gate == defaults.host_gate
+        assert 0.5 <= t.wall_s <= 1.5 + 1.0, t.wall_s  # at least min_timing_s, at most the wait plus one draw
+        assert t.n == round(t.kept_share * t.draws) or (t.kept_share < 1 and t.n == t.draws)
+        assert t.n >= 1 and t.median_us > 0 and t.probe_fast_us > 0
+    assert report.speedup == pytest.approx(report.eager.median_us / report.timing.median_us)
+    assert time.perf_counter() - started < 120
 
 
 def test_gpu_time_speedup_is_shown_to_the_agent():

@@ -50,7 +50,7 @@ def eager_timing(problem: Problem, device: str, scale: str, *, kind: str, option
     """Median time of the reference (kind "eager") or its torch.compile form (kind "compile")."""
     setting = f"{options.flush_l2}-{options.spin_ms}"
     if options.host_gate > 0 or options.min_timing_s > 0:
-        setting += f"-gate{options.host_gate}-{options.min_timing_s}-{options.host_fast_us}"
+        setting += f"-gate{options.host_gate}-{options.min_timing_s}-{options.host_gate_wait_s}-{options.host_fast_us}"
     key = _key(problem, device, scale, kind, setting)
     path = cache_dir() / "baselines" / f"{problem.nn}-{kind}-{key}.json"
     if use_cache and path.is_file():

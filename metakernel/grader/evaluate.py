@@ -39,8 +39,9 @@ class GradeOptions:
     warmup: int = 3
     min_timed: int = 50
     max_timed: int = 200
-    host_gate: float = 0.0  # > 0: count only draws taken at full host speed (timing.measure; experimental)
-    min_timing_s: float = 0.0  # sample at least this long (with the gate: long enough to meet the fast state)
+    host_gate: float = 0.15  # > 0: count only draws taken at full host speed (timing.measure says why); 0 = all
+    min_timing_s: float = 2.0  # sample at least this long (with the gate: long enough to meet the fast state)
+    host_gate_wait_s: float = 8.0  # with the gate: stop waiting for fast draws after this long
     host_fast_us: float | None = None  # the host's fast probe level measured beforehand (timing.measure, gate only)
     timing_cap_s: float = 60.0
     rse_target: float = 0.005
