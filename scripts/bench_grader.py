@@ -6,7 +6,7 @@ two medians and their relative difference. Kernels with medians >= 50 us must re
 
     METAKERNEL_REVISION=<commit> python3 scripts/bench_grader.py [--only 28,36] [--out FILE]
         [--fresh-baselines] [--host-gate 0.15 --min-timing-s 2 [--host-fast-us auto] [--host-gate-wait-s 8]]
-        [--flush-l2] [--spin-ms MS]
+        [--keep-draws] [--flush-l2] [--spin-ms MS]
 
 --fresh-baselines measures the eager baseline again for each grading, so the speedups (end-to-end and GPU-time)
 are compared too; --host-gate counts only draws taken at full host speed (grader/timing.measure), and
@@ -56,6 +56,8 @@ def main() -> int:
                         help="stop sampling after this long")
     parser.add_argument("--host-gate-wait-s", type=float, default=GradeOptions.host_gate_wait_s,
                         help="with the gate: stop waiting for fast draws after this long")
+    parser.add_argument("--keep-draws", action="store_true",
+                        help="record every timed draw's time and host probes (scripts/gate_variants.py replays them)")
     parser.add_argument("--fresh-baselines", action="store_true",
                         help="measure the eager baseline again for every grading (else the first one is cached)")
     parser.add_argument("--spin-ms", type=float, default=GradeOptions.spin_ms,
@@ -73,12 +75,12 @@ def main() -> int:
         print(f"host fast probe level: {fast_us:.1f} us")
     options = GradeOptions(flush_l2=args.flush_l2, spin_ms=args.spin_ms, host_gate=args.host_gate,
                            min_timing_s=args.min_timing_s, host_fast_us=fast_us, timing_cap_s=args.timing_cap_s,
-                           host_gate_wait_s=args.host_gate_wait_s)
+                           host_gate_wait_s=args.host_gate_wait_s, keep_draws=args.keep_draws)
     data.setdefault("options", {}).update(flush_l2=args.flush_l2, spin_ms=args.spin_ms,
                                           fresh_baselines=args.fresh_baselines, host_gate=args.host_gate,
                                           min_timing_s=args.min_timing_s, host_fast_us=fast_us,
                                           timing_cap_s=args.timing_cap_s,
-                                          host_gate_wait_s=args.host_gate_wait_s)
+                                          host_gate_wait_s=args.host_gate_wait_s, keep_draws=args.keep_draws)
     for sol in gold.discover():
         if sol.kind != "gold" or (wanted and sol.number not in wanted) or sol.key in data["solutions"]:
             continue
@@ -111,6 +113,8 @@ def main() -> int:
                 "eager_median_us": report.eager.median_us if report.eager else None,
                 "eager_gpu_only_us": report.eager.gpu_only_us if report.eager else None,
                 "speedup": report.speedup, "speedup_gpu": report.speedup_gpu,
+                **({"per_draw": timing.per_draw, "eager_per_draw": report.eager.per_draw if report.eager else None}
+                   if args.keep_draws and timing else {}),
             })
         m1, m2 = runs[0]["median_us"], runs[1]["median_us"]
         diff = _rel_diff(m1, m2)

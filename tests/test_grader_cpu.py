@@ -166,11 +166,13 @@ def test_correct_llvm_kernel_passes_with_timing_and_baseline(problem, tmp_path, 
 def test_default_host_gate_grades_end_to_end(problem, tmp_path, monkeypatch):
     """The protocol's gate (on by default) through a real grading: the candidate and the eager baseline are both
     timed on the draws taken at full host speed, sampling lasts at least min_timing_s, the wait is bounded."""
+    from metakernel.grader.timing import replay_gate
+
     monkeypatch.setenv("METAKERNEL_CACHE_DIR", str(tmp_path / "cache"))
     defaults = GradeOptions()
     assert defaults.host_gate > 0 and defaults.min_timing_s > 0
     options = GradeOptions(**{**FAST.__dict__, "host_gate": defaults.host_gate, "min_timing_s": 0.5,
-                              "host_gate_wait_s": 1.5, "max_timed": 400})
+                              "host_gate_wait_s": 1.5, "max_timed": 400, "keep_draws": True})
     started = time.perf_counter()
     report = grade(problem, "tirx", _kernel(tmp_path, "correct"), device="cpu", options=options)
     assert report.status == "passed", report.agent_text()
@@ -179,8 +181,50 @@ def test_default_host_gate_grades_end_to_end(problem, tmp_path, monkeypatch):
         assert 0.5 <= t.wall_s <= 1.5 + 1.0, t.wall_s  # at least min_timing_s, at most the wait plus one draw
         assert t.n == round(t.kept_share * t.draws) or (t.kept_share < 1 and t.n == t.draws)
         assert t.n >= 1 and t.median_us > 0 and t.probe_fast_us > 0
+        # keep_draws: every draw's time and probes are recorded, and replaying the gate gives the reported median
+        assert t.per_draw is not None and all(len(v) == t.draws for v in t.per_draw.values())
+        assert all(x is not None and x > 0 for k in ("probe_before_us", "probe_after_us", "probe_torch_us")
+                   for x in t.per_draw[k])
+        assert t.per_draw["probe_us"] == [max(b, a) for b, a in zip(t.per_draw["probe_before_us"],
+                                                                      t.per_draw["probe_after_us"], strict=True)]
+        assert replay_gate(t.per_draw, "probe", t.host_gate) == (pytest.approx(t.median_us), t.n)
     assert report.speedup == pytest.approx(report.eager.median_us / report.timing.median_us)
     assert time.perf_counter() - started < 120
+
+
+def test_gate_variants_replays_every_gate_over_recorded_draws(tmp_path):
+    """scripts/gate_variants.py on two gradings of a two-state host: without a gate the medians follow the mix of
+    fast and slow draws and disagree; a gate on the probe makes them agree on the fast host's time."""
+    import json
+    import subprocess
+    import sys
+
+    def grading(fast_share: float, seed: int) -> dict:
+        import random
+
+        rng = random.Random(seed)
+        per = {"event_us": [], "probe_us": [], "probe_before_us": [], "probe_torch_us": []}
+        for _ in range(300):
+            slow = rng.random() >= fast_share
+            jitter = 1 + rng.uniform(-0.01, 0.01)
+            per["event_us"].append((200.0 if slow else 100.0) * jitter)
+            per["probe_us"].append((50.0 if slow else 27.0) * jitter)
+            per["probe_before_us"].append(27.0 * jitter)  # a probe blind to the state: no gate can use it
+            per["probe_torch_us"].append((90.0 if slow else 50.0) * jitter)
+        return {"per_draw": per}
+
+    report = tmp_path / "bench.json"
+    report.write_text(json.dumps({"solutions": {"k": {"runs": [grading(0.7, 1), grading(0.3, 2)]}}}))
+    out = tmp_path / "variants.json"
+    done = subprocess.run([sys.executable, "scripts/gate_variants.py", str(report), "--out", str(out)],
+                          capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr
+    rows = {(r["probe"], r["gate"]): r for r in json.loads(out.read_text())["variants"]}
+    assert rows[("probe", 0.0)]["median_diff"] > 0.3  # ungated: one grading mostly fast, the other mostly slow
+    for probe in ("probe", "probe_torch"):
+        assert rows[(probe, 0.15)]["median_diff"] < 0.02 and rows[(probe, 0.15)]["within_2pct"] == 1
+    assert rows[("probe_before", 0.15)]["median_diff"] > 0.3
+    assert "| probe | 0.15 | 1 | 1 |" in done.stdout
 
 
 def test_gpu_time_speedup_is_shown_to_the_agent():

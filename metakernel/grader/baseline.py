@@ -66,7 +66,8 @@ def eager_timing(problem: Problem, device: str, scale: str, *, kind: str, option
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
             reply = worker.request({"op": "time", "inputs": sent, "return_outputs": False,
-                                    "flush_l2": options.flush_l2, "spin_ms": options.spin_ms},
+                                    "flush_l2": options.flush_l2, "spin_ms": options.spin_ms,
+                                    "probe_torch": options.keep_draws},
                                    timeout=options.call_timeout_s)
             if not reply.get("ok"):
                 raise WorkerFailure(reply.get("status", "runtime_error"), reply.get("error", ""))

@@ -43,6 +43,7 @@ class GradeOptions:
     min_timing_s: float = 2.0  # sample at least this long (with the gate: long enough to meet the fast state)
     host_gate_wait_s: float = 8.0  # with the gate: stop waiting for fast draws after this long
     host_fast_us: float | None = None  # the host's fast probe level measured beforehand (timing.measure, gate only)
+    keep_draws: bool = False  # timing study: per-draw event times and probes in Timing.per_draw (+ a torch probe)
     timing_cap_s: float = 60.0
     rse_target: float = 0.005
     rechecks: int = 3
@@ -123,7 +124,7 @@ class Evaluation:
         self.pattern = 0x7F if self.pattern == 0xFF else 0xFF
         msg = {"op": op, "inputs": inputs, "mode": mode, "return_outputs": want_outputs, "audit": audit,
                "poison": 2 * _outputs_nbytes(expected) if expected is not None else 0, "pattern": self.pattern,
-               "flush_l2": self.o.flush_l2, "spin_ms": self.o.spin_ms}
+               "flush_l2": self.o.flush_l2, "spin_ms": self.o.spin_ms, "probe_torch": self.o.keep_draws}
         try:
             reply = self.worker.request(msg, timeout=self.o.call_timeout_s)
         except WorkerFailure as exc:

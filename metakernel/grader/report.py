@@ -32,6 +32,9 @@ class Timing:
     probe_fast_us: float | None = None
     probe_median_us: float | None = None
     host_gate: float = 0.0
+    # The timing study only (GradeOptions.keep_draws): per timed draw, in order, the event time and the probes
+    # (keys event_us, probe_us, probe_before_us, probe_after_us, probe_torch_us), for timing.replay_gate.
+    per_draw: dict[str, list[float | None]] | None = None
 
 
 @dataclass

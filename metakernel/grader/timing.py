@@ -45,6 +45,24 @@ def profile_request(problem: Problem, device: str, scale: str, count: int) -> di
     return {"op": "profile", "draws": profile_draws(problem, device, scale, count), "repeats": 1}
 
 
+#: What `measure(keep_draws=True)` records per draw (in µs, as `<key>_us`); the child's reply carries `<key>_s`.
+PER_DRAW = ("event", "probe", "probe_before", "probe_after", "probe_torch")
+
+
+def replay_gate(per_draw: dict[str, list[float | None]], probe: str, gate: float,
+                fast_ref_us: float | None = None) -> tuple[float, int]:
+    """The median (µs) and number of the draws that `gate` on probe `probe` would have counted.
+
+    Replays a gate over recorded draws, so one set of gradings answers for every gate variant
+    (scripts/gate_variants.py). With no draw at full speed every draw counts, as in `timing_stats`.
+    """
+    events = [float(x or 0.0) for x in per_draw["event_us"]]
+    probes = per_draw.get(f"{probe}_us") or []
+    kept = kept_indices(probes, gate, len(events), fast_ref_us)
+    kept = kept or list(range(len(events)))
+    return statistics.median(events[i] for i in kept), len(kept)
+
+
 def timing_stats(samples: list[float], host: list[float], wall: float, flush: bool,
                  probes: list[float | None] | None = None, gate: float = 0.0,
                  fast_ref_s: float | None = None) -> Timing:
@@ -115,13 +133,13 @@ def knobs(options: Any) -> dict[str, Any]:
     return {"warmup": options.warmup, "min_timed": options.min_timed, "max_timed": options.max_timed,
             "rse_target": options.rse_target, "cap_s": options.timing_cap_s, "flush": options.flush_l2,
             "gate": options.host_gate, "min_span_s": options.min_timing_s, "gate_wait_s": options.host_gate_wait_s,
-            "fast_ref_s": ref * 1e-6 if ref else None}
+            "fast_ref_s": ref * 1e-6 if ref else None, "keep_draws": options.keep_draws}
 
 
 def measure(call: Callable[[int], dict[str, Any]], *, warmup: int, min_timed: int, max_timed: int,
             rse_target: float, cap_s: float, flush: bool, gate: float = 0.0,
-            min_span_s: float = 0.0, gate_wait_s: float = 8.0,
-            fast_ref_s: float | None = None) -> tuple[Timing, list[str]]:
+            min_span_s: float = 0.0, gate_wait_s: float = 8.0, fast_ref_s: float | None = None,
+            keep_draws: bool = False) -> tuple[Timing, list[str]]:
     """Run `call(i)` (i < 0 for warm-up) until the stopping rule; returns the statistics and integrity flags.
 
     `call` prepares fresh inputs, makes one timed request and returns the child's reply (`event_s`, `host_s`, and
@@ -146,6 +164,7 @@ def measure(call: Callable[[int], dict[str, Any]], *, warmup: int, min_timed: in
     host: list[float] = []
     walls: list[float] = []
     probes: list[float | None] = []
+    replies: list[dict[str, Any]] = []
     started = time.perf_counter()
     while True:
         reply = call(len(samples))
@@ -153,6 +172,8 @@ def measure(call: Callable[[int], dict[str, Any]], *, warmup: int, min_timed: in
         host.append(reply["host_s"])
         walls.append(reply["wall_s"])
         probes.append(reply.get("probe_s"))
+        if keep_draws:
+            replies.append(reply)
         elapsed = time.perf_counter() - started
         if elapsed > cap_s:
             break
@@ -166,6 +187,9 @@ def measure(call: Callable[[int], dict[str, Any]], *, warmup: int, min_timed: in
             if stats.rse < rse_target:
                 break
     stats = timing_stats(samples, host, time.perf_counter() - started, flush, probes, gate, fast_ref_s)
+    if keep_draws:
+        stats.per_draw = {f"{key}_us": [r[f"{key}_s"] * 1e6 if r.get(f"{key}_s") is not None else None
+                                        for r in replies] for key in PER_DRAW}
     flags = []
     if sum(samples) > sum(walls) * 1.02 + 1e-3:
         flags.append(f"reported times sum to {sum(samples):.4f} s but the calls took {sum(walls):.4f} s of wall time")
