@@ -46,16 +46,13 @@ def main() -> int:
     parser.add_argument("--out", default="validation/h200-grader-bench.json")
     parser.add_argument("--budget", type=float, default=480.0, help="seconds before stopping (resume later)")
     parser.add_argument("--flush-l2", action="store_true", help="grade with the L2 flush before every timed call")
-    parser.add_argument("--host-gate", type=float, default=GradeOptions.host_gate,
-                        help="count only draws taken at full host speed (e.g. 0.15; 0 = every draw)")
-    parser.add_argument("--min-timing-s", type=float, default=GradeOptions.min_timing_s,
-                        help="sample at least this long (with the gate: e.g. 2)")
+    for field, hint in (("host_gate", "count only draws taken at full host speed (e.g. 0.15; 0 = every draw)"),
+                        ("min_timing_s", "sample at least this long (with the gate: e.g. 2)"),
+                        ("timing_cap_s", "stop sampling after this long"),
+                        ("host_gate_wait_s", "with the gate: stop waiting for fast draws after this long")):
+        parser.add_argument("--" + field.replace("_", "-"), type=float, default=getattr(GradeOptions, field), help=hint)
     parser.add_argument("--host-fast-us", default="",
                         help="the gate's reference fast level: a number, or 'auto' to measure it here first")
-    parser.add_argument("--timing-cap-s", type=float, default=GradeOptions.timing_cap_s,
-                        help="stop sampling after this long")
-    parser.add_argument("--host-gate-wait-s", type=float, default=GradeOptions.host_gate_wait_s,
-                        help="with the gate: stop waiting for fast draws after this long")
     parser.add_argument("--keep-draws", action="store_true",
                         help="record every timed draw's time and host probes (scripts/gate_variants.py replays them)")
     parser.add_argument("--fresh-baselines", action="store_true",
