@@ -25,6 +25,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from metakernel import gold
 from metakernel.catalog import load_catalog
@@ -61,7 +62,8 @@ def main() -> int:
                         help="GPU kept busy before each timed call (0 = off, the behaviour before the fix)")
     args = parser.parse_args()
     out = Path(args.out)
-    data = json.loads(out.read_text()) if out.is_file() else {"provenance": provenance(), "solutions": {}}
+    data: dict[str, Any] = (json.loads(out.read_text()) if out.is_file()
+                            else {"provenance": provenance(), "solutions": {}})
     data.setdefault("runs", []).append(provenance())
     wanted = {int(x) for x in args.only.split(",") if x.strip()}
     catalog = load_catalog()
@@ -85,7 +87,7 @@ def main() -> int:
             print("budget spent; run again to resume")
             return 3
         problem = catalog.problem(sol.number)
-        runs = []
+        runs: list[dict[str, Any]] = []
         for _ in range(2):
             if args.fresh_baselines:  # the eager baseline measured again per grading: speedups repeat or not
                 os.environ["METAKERNEL_CACHE_DIR"] = tempfile.mkdtemp(prefix="mk-bench-cache-")
