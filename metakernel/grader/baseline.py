@@ -18,7 +18,7 @@ import torch
 
 from metakernel.expected import fresh_copies
 from metakernel.grader.report import Timing
-from metakernel.grader.timing import fresh_draw, knobs, measure, profile_request
+from metakernel.grader.timing import bracket_settings, fresh_draw, knobs, measure, profile_request
 from metakernel.grader.worker import Worker, WorkerFailure
 from metakernel.jsonio import write_json_atomic
 from metakernel.problem import Problem
@@ -66,9 +66,7 @@ def eager_timing(problem: Problem, device: str, scale: str, *, kind: str, option
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
             reply = worker.request({"op": "time", "inputs": sent, "return_outputs": False,
-                                    "flush_l2": options.flush_l2, "spin_ms": options.spin_ms,
-                                    "probe_torch": options.keep_draws},
-                                   timeout=options.call_timeout_s)
+                                    **bracket_settings(options)}, timeout=options.call_timeout_s)
             if not reply.get("ok"):
                 raise WorkerFailure(reply.get("status", "runtime_error"), reply.get("error", ""))
             reply["wall_s"] = time.perf_counter() - t0

@@ -23,7 +23,7 @@ from metakernel.expected import compute_expected, fresh_copies, unchanged_snapsh
 from metakernel.grader.baseline import eager_timing
 from metakernel.grader.report import GradeReport
 from metakernel.grader.static import check_source
-from metakernel.grader.timing import fresh_draw, knobs, measure, profile_request
+from metakernel.grader.timing import bracket_settings, fresh_draw, knobs, measure, profile_request
 from metakernel.grader.worker import Worker, WorkerFailure
 from metakernel.hardware import H200
 from metakernel.problem import Problem
@@ -124,7 +124,7 @@ class Evaluation:
         self.pattern = 0x7F if self.pattern == 0xFF else 0xFF
         msg = {"op": op, "inputs": inputs, "mode": mode, "return_outputs": want_outputs, "audit": audit,
                "poison": 2 * _outputs_nbytes(expected) if expected is not None else 0, "pattern": self.pattern,
-               "flush_l2": self.o.flush_l2, "spin_ms": self.o.spin_ms, "probe_torch": self.o.keep_draws}
+               **bracket_settings(self.o)}
         try:
             reply = self.worker.request(msg, timeout=self.o.call_timeout_s)
         except WorkerFailure as exc:

@@ -57,10 +57,15 @@ def replay_gate(per_draw: dict[str, list[float | None]], probe: str, gate: float
     (scripts/gate_variants.py). With no draw at full speed every draw counts, as in `timing_stats`.
     """
     events = [float(x or 0.0) for x in per_draw["event_us"]]
-    probes = per_draw.get(f"{probe}_us") or []
-    kept = kept_indices(probes, gate, len(events), fast_ref_us)
-    kept = kept or list(range(len(events)))
+    _, kept = _counted(per_draw.get(f"{probe}_us") or [], gate, len(events), fast_ref_us)
     return statistics.median(events[i] for i in kept), len(kept)
+
+
+def _counted(probes: list[float | None] | None, gate: float, n: int,
+             fast_ref: float | None) -> tuple[list[int], list[int]]:
+    """The draws at full host speed, and the draws the statistics use: those, or every draw when there are none."""
+    fast = kept_indices(probes, gate, n, fast_ref)
+    return fast, fast or list(range(n))
 
 
 def timing_stats(samples: list[float], host: list[float], wall: float, flush: bool,
@@ -71,8 +76,7 @@ def timing_stats(samples: list[float], host: list[float], wall: float, flush: bo
     With `gate` > 0 the statistics describe only the draws `kept_indices` keeps (taken at full host speed); the
     median over every draw and the probe's levels are reported beside them either way.
     """
-    fast = kept_indices(probes, gate, len(samples), fast_ref_s)
-    kept = fast or list(range(len(samples)))  # no draw at full speed: every draw (measure flags it)
+    fast, kept = _counted(probes, gate, len(samples), fast_ref_s)  # no draw at full speed: measure flags it
     us = [samples[i] * 1e6 for i in kept]
     med = statistics.median(us)
     sd = statistics.stdev(us) if len(us) > 1 else 0.0
@@ -125,6 +129,11 @@ def host_fast_level_us(seconds: float, gap_s: float = 0.002) -> float:
         probes.append(host_probe())
         time.sleep(gap_s)
     return _fast_level(probes) * 1e6
+
+
+def bracket_settings(options: Any) -> dict[str, Any]:
+    """What the child's timed bracket takes from a GradeOptions (candidates and baselines are timed alike)."""
+    return {"flush_l2": options.flush_l2, "spin_ms": options.spin_ms, "probe_torch": options.keep_draws}
 
 
 def knobs(options: Any) -> dict[str, Any]:
@@ -195,7 +204,7 @@ def measure(call: Callable[[int], dict[str, Any]], *, warmup: int, min_timed: in
         flags.append(f"reported times sum to {sum(samples):.4f} s but the calls took {sum(walls):.4f} s of wall time")
     if stats.median_us > stats.host_median_us * 1.05 + 50:
         flags.append(f"event median {stats.median_us:.1f} us exceeds the host bracket {stats.host_median_us:.1f} us")
-    counted = len(kept_indices(probes, gate, len(samples), fast_ref_s))
+    counted = round((stats.kept_share or 0.0) * len(samples))  # timing_stats' count of draws at full speed
     if counted < min_timed:
         flags.append(f"only {counted} of {len(samples)} draws were taken at full host speed (fewer than "
                      f"{min_timed}): the median may carry host slowdowns")
