@@ -248,6 +248,28 @@ def test_profile_draws_stay_under_the_memory_cap(problem, monkeypatch):
     assert len(timing.profile_draws(problem, "cpu", "small", 6)) == 2
 
 
+def test_gpu_only_time_profiles_more_draws_only_when_the_work_varies(problem):
+    """Stands in for the GPU profiler (absent on CPU): per-call kernel times from the draws the grader sent."""
+    from metakernel.grader import timing
+
+    def child(vary):
+        def request(msg):
+            calls = len(msg["draws"])
+            spread = [float(d[0].float().std()) if vary else 1.0 for d in msg["draws"]]
+            per_call = sum(100.0 * s for s in spread) / calls
+            return {"ok": True, "kernels": [("gemm", 0.75 * per_call), ("norm", 0.25 * per_call)],
+                    "kernel_names": ["gemm"], "launches": 2.0, "repeats": calls}
+        return request
+
+    fixed = timing.profile_kernels(child(False), problem, "cpu", "small", 12, 48, 0.005)
+    assert fixed["repeats"] == 12 and fixed["rse"] == 0.0
+    assert dict(fixed["kernels"]) == {"gemm": 75.0, "norm": 25.0} and fixed["launches"] == 2.0
+    varying = timing.profile_kernels(child(True), problem, "cpu", "small", 12, 48, 1e-6)
+    assert varying["repeats"] == 48 and 0 < varying["rse"] < 0.5
+    failed = timing.profile_kernels(lambda msg: {"ok": False, "error": "boom"}, problem, "cpu", "small", 12, 48, 0.005)
+    assert failed == {"ok": False, "error": "boom"}
+
+
 def test_local_input_copies_write_in_place_effects_back():
     import torch
 

@@ -18,7 +18,7 @@ import torch
 
 from metakernel.expected import fresh_copies
 from metakernel.grader.report import Timing
-from metakernel.grader.timing import bracket_settings, fresh_draw, knobs, measure, profile_request
+from metakernel.grader.timing import bracket_settings, fresh_draw, knobs, measure, profile_kernels
 from metakernel.grader.worker import Worker, WorkerFailure
 from metakernel.jsonio import write_json_atomic
 from metakernel.problem import Problem
@@ -31,16 +31,16 @@ def cache_dir() -> Path:
 
 def _key(problem: Problem, device: str, scale: str, kind: str, setting: str) -> str:
     gpu = torch.cuda.get_device_name(0) if device == "cuda" and torch.cuda.is_available() else "cpu"
-    # "gpu-only": entries from before baselines were profiled lack the eager GPU kernel time; measure them again
+    # "gpu-only-adaptive": older entries lack the eager GPU kernel time or profiled a fixed 6 draws; measure again
     raw = json.dumps([problem.content_hash, problem.version, gpu, torch.__version__, device, scale, kind, setting,
-                      "gpu-only"])
+                      "gpu-only-adaptive"])
     return hashlib.sha256(raw.encode()).hexdigest()[:24]
 
 
 def _gpu_kernel_us(worker: Worker, problem: Problem, device: str, scale: str, options: Any) -> float | None:
     """The baseline's GPU kernel time per call, profiled over fresh draws like a candidate's; None if unknown."""
-    reply = worker.request(profile_request(problem, device, scale, options.profile_draws),
-                           timeout=options.call_timeout_s)
+    reply = profile_kernels(lambda msg: worker.request(msg, timeout=options.call_timeout_s), problem, device, scale,
+                            options.profile_draws, options.profile_max_draws, options.profile_rse)
     total = sum(us for _, us in reply.get("kernels", [])) if reply.get("ok") else 0.0
     return total or None
 

@@ -9,6 +9,7 @@ outputs) → timing over fresh draws with re-checks → profiler attribution →
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 import statistics
 import time
@@ -23,7 +24,7 @@ from metakernel.expected import compute_expected, fresh_copies, unchanged_snapsh
 from metakernel.grader.baseline import eager_timing
 from metakernel.grader.report import GradeReport
 from metakernel.grader.static import check_source
-from metakernel.grader.timing import bracket_settings, fresh_draw, knobs, measure, profile_request
+from metakernel.grader.timing import bracket_settings, fresh_draw, knobs, measure, profile_kernels
 from metakernel.grader.worker import Worker, WorkerFailure
 from metakernel.hardware import H200
 from metakernel.problem import Problem
@@ -55,7 +56,10 @@ class GradeOptions:
     baselines: bool = True
     compile_baseline: bool = False
     profile: bool = True
-    profile_draws: int = 6  # fresh draws profiled for GPU-only time and DSL share (child.Child.profile says why)
+    # fresh draws profiled for GPU-only time and DSL share (child.Child.profile, timing.profile_kernels say why):
+    profile_draws: int = 12  # at least this many,
+    profile_max_draws: int = 48  # more while the GPU-time mean's standard error is over profile_rse, up to this
+    profile_rse: float = 0.005
 
 
 def _sync(device: str) -> None:
@@ -255,8 +259,9 @@ class Evaluation:
     def profile(self) -> None:
         assert self.worker is not None
         try:
-            reply = self.worker.request(profile_request(self.problem, self.device, self.scale, self.o.profile_draws),
-                                        timeout=self.o.call_timeout_s)
+            worker, o = self.worker, self.o
+            reply = profile_kernels(lambda msg: worker.request(msg, timeout=o.call_timeout_s), self.problem,
+                                    self.device, self.scale, o.profile_draws, o.profile_max_draws, o.profile_rse)
         except WorkerFailure as exc:
             self.report.integrity.append(f"profiling failed: {exc.status}")
             return
@@ -274,6 +279,9 @@ class Evaluation:
                                for n, us in kernels]
         if kernels:
             self.report.gpu_only_us = total
+            self.report.gpu_only_draws = int(reply.get("repeats") or 0)
+            rse = reply.get("rse")
+            self.report.gpu_only_rse = rse if rse is not None and math.isfinite(rse) else None
             self.report.dsl_share = dsl_us / total if total > 0 else None
             timing = self.report.timing
             if timing is not None and timing.median_us < 0.8 * total:

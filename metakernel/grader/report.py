@@ -56,6 +56,8 @@ class GradeReport:
     ablation: str | None = None  # "outputs wrong without DSL launches" | "passed without DSL launches" | error
     timing: Timing | None = None
     gpu_only_us: float | None = None
+    gpu_only_draws: int = 0  # fresh draws profiled for gpu_only_us (timing.profile_kernels: more when work varies)
+    gpu_only_rse: float | None = None  # standard error of gpu_only_us over it, from the requests' spread
     dsl_share: float | None = None
     kernels: list[dict[str, Any]] = field(default_factory=list)
     eager: Timing | None = None
