@@ -108,6 +108,7 @@ def main() -> int:
                 "probe_fast_us": timing.probe_fast_us if timing else None,
                 "probe_median_us": timing.probe_median_us if timing else None,
                 "rse": timing.rse if timing else None, "gpu_only_us": report.gpu_only_us,
+                "gpu_only_draws": report.gpu_only_draws, "gpu_only_rse": report.gpu_only_rse,
                 "gpu_busy_s": (report.gpu_only_us or 0) * 1e-6 * (timing.n if timing else 0),
                 "eager_median_us": report.eager.median_us if report.eager else None,
                 "eager_gpu_only_us": report.eager.gpu_only_us if report.eager else None,
