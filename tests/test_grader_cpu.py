@@ -261,12 +261,12 @@ def test_gpu_only_time_profiles_more_draws_only_when_the_work_varies(problem):
                     "kernel_names": ["gemm"], "launches": 2.0, "repeats": calls}
         return request
 
-    fixed = timing.profile_kernels(child(False), problem, "cpu", "small", 12, 48, 0.005)
-    assert fixed["repeats"] == 12 and fixed["rse"] == 0.0
+    fixed = timing.profile_kernels(child(False), problem, "cpu", "small", 24, 48, 0.005)
+    assert fixed["repeats"] == 24 and fixed["rse"] == 0.0
     assert dict(fixed["kernels"]) == {"gemm": 75.0, "norm": 25.0} and fixed["launches"] == 2.0
-    varying = timing.profile_kernels(child(True), problem, "cpu", "small", 12, 48, 1e-6)
+    varying = timing.profile_kernels(child(True), problem, "cpu", "small", 24, 48, 1e-6)
     assert varying["repeats"] == 48 and 0 < varying["rse"] < 0.5
-    failed = timing.profile_kernels(lambda msg: {"ok": False, "error": "boom"}, problem, "cpu", "small", 12, 48, 0.005)
+    failed = timing.profile_kernels(lambda msg: {"ok": False, "error": "boom"}, problem, "cpu", "small", 24, 48, 0.005)
     assert failed == {"ok": False, "error": "boom"}
 
 

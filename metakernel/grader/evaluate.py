@@ -57,7 +57,7 @@ class GradeOptions:
     compile_baseline: bool = False
     profile: bool = True
     # fresh draws profiled for GPU-only time and DSL share (child.Child.profile, timing.profile_kernels say why):
-    profile_draws: int = 12  # at least this many,
+    profile_draws: int = 24  # at least this many,
     profile_max_draws: int = 48  # more while the GPU-time mean's standard error is over profile_rse, up to this
     profile_rse: float = 0.005
 

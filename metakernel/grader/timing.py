@@ -45,8 +45,11 @@ def profile_request(problem: Problem, device: str, scale: str, count: int) -> di
     return {"op": "profile", "draws": profile_draws(problem, device, scale, count), "repeats": 1}
 
 
-#: Draws per profiling request: the unit whose mean GPU time `profile_kernels` compares between requests.
-PROFILE_CHUNK = 6
+#: Draws per profiling request: the unit whose mean GPU time `profile_kernels` compares between requests. Small,
+#: so that the minimum of 24 draws gives 8 request means and the spread estimate 7 degrees of freedom: with 2
+#: requests of 6, one grading of problem 01 (TIRx) stopped at 12 draws on an estimate of 0.24 % where 48 draws of
+#: it measure 0.66 % (validation/h200-grader-bench-gpuonly2.json).
+PROFILE_CHUNK = 3
 
 
 def profile_kernels(request: Callable[[dict[str, Any]], dict[str, Any]], problem: Problem, device: str, scale: str,
@@ -54,11 +57,11 @@ def profile_kernels(request: Callable[[dict[str, Any]], dict[str, Any]], problem
     """Profile fresh draws in requests of PROFILE_CHUNK until the mean GPU time per call is known to `target_rse`.
 
     A kernel whose work depends on the draw (paged attention over random page lengths: the longest request sets
-    the time) moved 2-3.4 % between two gradings when its GPU-only time was the mean of 6 draws; a fixed-work
-    kernel's requests agree to 0.1 %. So the count adapts: at least `min_draws`, then more until the standard
-    error of the request means is under `target_rse` of their mean, at most `max_draws`. Returns the child's reply
-    shape with kernels merged by name (µs per call), `repeats` = calls profiled and `rse` of the GPU-time mean; a
-    failed request's reply is returned as is.
+    the time) moved 2-3.4 % between two gradings when its GPU-only time was the mean of 6 draws, 0.1-0.4 % (CuTe)
+    with 48; a fixed-work kernel's requests agree to 0.02 %. So the count adapts: at least `min_draws`, then more
+    until the standard error of the request means is under `target_rse` of their mean, at most `max_draws`.
+    Returns the child's reply shape with kernels merged by name (µs per call), `repeats` = calls profiled and `rse`
+    of the GPU-time mean; a failed request's reply is returned as is.
     """
     per_name: dict[str, float] = {}
     names: set[str] = set()
