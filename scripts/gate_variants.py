@@ -5,7 +5,12 @@ probe (Python loop: the slower of before/after, before only; tiny torch calls) a
 grading's median as that gate would have counted it (grader/timing.replay_gate), then the relative difference
 between the two gradings of each kernel. One device run thus answers for every variant.
 
-    python3 scripts/gate_variants.py validation/h200-grader-bench-keep.json [--out validation/gate-variants.json]
+Two refinements a better gate could use are replayed too: `--windows` judges a draw by the rolling median of the
+probe over that many neighbouring draws (a speed state lasts seconds, one probe is noisy), and `--shared-ref`
+gives both gradings the lower of their two fast levels, as a known per-host reference level would.
+
+    python3 scripts/gate_variants.py validation/h200-grader-bench-keep.json [--windows 1,9,25] [--shared-ref]
+        [--out validation/gate-variants.json]
 """
 
 from __future__ import annotations
@@ -16,55 +21,71 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from metakernel.grader.timing import replay_gate
+from metakernel.grader.timing import _fast_level, replay_gate
 
 PROBES = ("probe", "probe_before", "probe_torch")
 GATES = (0.0, 0.05, 0.10, 0.15, 0.25)
 TOLERANCE = 0.02
 
 
-def variants(solutions: dict[str, Any], probes: tuple[str, ...] = PROBES,
-             gates: tuple[float, ...] = GATES) -> list[dict[str, Any]]:
-    """Per (probe, gate): per-kernel relative differences and their summary, over kernels with recorded draws."""
+def rolling_median(values: list[float], window: int) -> list[float]:
+    """Each value replaced by the median of the `window` values centred on it (fewer at the ends)."""
+    half = window // 2
+    return [statistics.median(values[max(0, i - half):i + half + 1]) for i in range(len(values))]
+
+
+def variants(solutions: dict[str, Any], probes: tuple[str, ...] = PROBES, gates: tuple[float, ...] = GATES,
+             windows: tuple[int, ...] = (1,), shared_ref: bool = False) -> list[dict[str, Any]]:
+    """Per (probe, window, gate): per-kernel relative differences and their summary, over kernels with recorded
+    draws in both gradings."""
     rows = []
     for probe in probes:
-        for gate in gates:
-            diffs, counted = {}, []
-            for key, sol in solutions.items():
-                runs = [r.get("per_draw") for r in sol.get("runs", [])]
-                if len(runs) != 2 or not all(r and r.get(f"{probe}_us") for r in runs):
-                    continue
-                (m1, n1), (m2, n2) = (replay_gate(r, probe, gate) for r in runs)
-                diffs[key] = abs(m1 - m2) / m1
-                counted += [n1, n2]
-            if diffs:
-                values = sorted(diffs.values())
-                rows.append({"probe": probe, "gate": gate, "kernels": len(values),
-                             "within_2pct": sum(v <= TOLERANCE for v in values),
-                             "median_diff": statistics.median(values), "worst_diff": values[-1],
-                             "median_counted": statistics.median(counted), "diffs": diffs})
+        for window in windows:
+            for gate in gates:
+                diffs, counted = {}, []
+                for key, sol in solutions.items():
+                    runs = [r.get("per_draw") for r in sol.get("runs", [])]
+                    if len(runs) != 2 or not all(r and r.get(f"{probe}_us") for r in runs):
+                        continue
+                    rolled = [{"event_us": r["event_us"],
+                               f"{probe}_us": rolling_median([float(x or 0.0) for x in r[f"{probe}_us"]], window)}
+                              for r in runs]
+                    ref = min(_fast_level(r[f"{probe}_us"]) for r in rolled) if shared_ref else None
+                    (m1, n1), (m2, n2) = (replay_gate(r, probe, gate, ref) for r in rolled)
+                    diffs[key] = abs(m1 - m2) / m1
+                    counted += [n1, n2]
+                if diffs:
+                    values = sorted(diffs.values())
+                    rows.append({"probe": probe, "window": window, "shared_ref": shared_ref, "gate": gate,
+                                 "kernels": len(values), "within_2pct": sum(v <= TOLERANCE for v in values),
+                                 "median_diff": statistics.median(values), "worst_diff": values[-1],
+                                 "median_counted": statistics.median(counted), "diffs": diffs})
     return rows
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("reports", nargs="+", type=Path)
+    parser.add_argument("--windows", default="1", help="rolling-median windows of the probe, comma separated")
+    parser.add_argument("--shared-ref", action="store_true", help="both gradings gate on the lower fast level")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    windows = tuple(int(w) for w in args.windows.split(","))
     solutions: dict[str, Any] = {}
     for path in args.reports:
         solutions.update(json.loads(path.read_text())["solutions"])
-    rows = variants(solutions)
+    rows = variants(solutions, windows=windows, shared_ref=args.shared_ref)
     if not rows:
         print("no kernel has recorded draws in both gradings (bench_grader.py --keep-draws)")
         return 1
-    print("| probe | gate | kernels | within 2 % | median diff | worst | median counted draws |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| probe | window | gate | kernels | within 2 % | median diff | worst | median counted draws |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
-        print(f"| {r['probe']} | {r['gate']:.2f} | {r['kernels']} | {r['within_2pct']} | "
+        print(f"| {r['probe']} | {r['window']} | {r['gate']:.2f} | {r['kernels']} | {r['within_2pct']} | "
               f"{r['median_diff'] * 100:.1f} % | {r['worst_diff'] * 100:.1f} % | {r['median_counted']:.0f} |")
     if args.out:
-        args.out.write_text(json.dumps({"sources": [str(p) for p in args.reports], "variants": rows}, indent=1))
+        args.out.write_text(json.dumps({"sources": [str(p) for p in args.reports], "windows": windows,
+                                         "shared_ref": args.shared_ref, "variants": rows}, indent=1))
     return 0
 
 

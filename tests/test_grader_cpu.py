@@ -224,7 +224,37 @@ def test_gate_variants_replays_every_gate_over_recorded_draws(tmp_path):
     for probe in ("probe", "probe_torch"):
         assert rows[(probe, 0.15)]["median_diff"] < 0.02 and rows[(probe, 0.15)]["within_2pct"] == 1
     assert rows[("probe_before", 0.15)]["median_diff"] > 0.3
-    assert "| probe | 0.15 | 1 | 1 |" in done.stdout
+    assert "| probe | 1 | 0.15 | 1 | 1 |" in done.stdout
+
+
+def test_gate_variants_rolling_window_and_shared_reference():
+    """A speed state lasts many draws while one probe is noisy: a rolling median of the probe tells the states
+    apart where single probes do not; a shared reference denies the fast label to a grading that never reached
+    the other's fast level (it then counts every draw)."""
+    import random
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from gate_variants import variants
+
+    def grading(fast_share, seed, fast=(27.0, 100.0), slow=(34.0, 130.0), noise=0.45, block=40, n=400):
+        rng = random.Random(seed)
+        fast_blocks = set(rng.sample(range(n // block), round(n // block * fast_share)))
+        per = {"event_us": [], "probe_us": []}
+        for i in range(n):
+            probe, event = fast if i // block in fast_blocks else slow
+            per["event_us"].append(event * (1 + rng.uniform(-0.01, 0.01)))
+            per["probe_us"].append(probe * (1 + rng.uniform(-noise, noise)))
+        return {"per_draw": per}
+
+    noisy = {"k": {"runs": [grading(0.7, 1), grading(0.3, 2)]}}
+    rows = {r["window"]: r for r in variants(noisy, probes=("probe",), gates=(0.15,), windows=(1, 25))}
+    assert rows[1]["median_diff"] > 0.1 and rows[25]["median_diff"] < 0.02
+
+    never_fast = {"k": {"runs": [grading(0.5, 3, noise=0.01),
+                                 grading(0.5, 4, fast=(33.0, 120.0), slow=(50.0, 200.0), noise=0.01)]}}
+    own, shared = (variants(never_fast, probes=("probe",), gates=(0.15,), shared_ref=ref)[0] for ref in (False, True))
+    assert own["median_counted"] == 200 and shared["median_counted"] == 300  # (200 + 400) / 2: every draw counts
 
 
 def test_gpu_time_speedup_is_shown_to_the_agent():
