@@ -21,7 +21,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from metakernel.grader.timing import _fast_level, replay_gate
+from metakernel.grader.timing import fast_level, replay_gate
 
 PROBES = ("probe", "probe_before", "probe_torch")
 GATES = (0.0, 0.05, 0.10, 0.15, 0.25)
@@ -41,16 +41,18 @@ def variants(solutions: dict[str, Any], probes: tuple[str, ...] = PROBES, gates:
     rows = []
     for probe in probes:
         for window in windows:
+            prepared = {}  # per kernel: both gradings with the probe rolled, and the shared reference level
+            for key, sol in solutions.items():
+                runs = [r.get("per_draw") for r in sol.get("runs", [])]
+                if len(runs) != 2 or not all(r and r.get(f"{probe}_us") for r in runs):
+                    continue
+                rolled = [{"event_us": r["event_us"],
+                           f"{probe}_us": rolling_median([float(x or 0.0) for x in r[f"{probe}_us"]], window)}
+                          for r in runs]
+                prepared[key] = (rolled, min(fast_level(r[f"{probe}_us"]) for r in rolled) if shared_ref else None)
             for gate in gates:
                 diffs, counted = {}, []
-                for key, sol in solutions.items():
-                    runs = [r.get("per_draw") for r in sol.get("runs", [])]
-                    if len(runs) != 2 or not all(r and r.get(f"{probe}_us") for r in runs):
-                        continue
-                    rolled = [{"event_us": r["event_us"],
-                               f"{probe}_us": rolling_median([float(x or 0.0) for x in r[f"{probe}_us"]], window)}
-                              for r in runs]
-                    ref = min(_fast_level(r[f"{probe}_us"]) for r in rolled) if shared_ref else None
+                for key, (rolled, ref) in prepared.items():
                     (m1, n1), (m2, n2) = (replay_gate(r, probe, gate, ref) for r in rolled)
                     diffs[key] = abs(m1 - m2) / m1
                     counted += [n1, n2]

@@ -282,21 +282,27 @@ def test_gpu_only_time_profiles_more_draws_only_when_the_work_varies(problem):
     """Stands in for the GPU profiler (absent on CPU): per-call kernel times from the draws the grader sent."""
     from metakernel.grader import timing
 
-    def child(vary):
-        def request(msg):
+    class Child:
+        def __init__(self, vary):
+            self.vary = vary
+
+        def request(self, msg, timeout):
+            if self.vary is None:
+                return {"ok": False, "error": "boom"}
             calls = len(msg["draws"])
-            spread = [float(d[0].float().std()) if vary else 1.0 for d in msg["draws"]]
+            spread = [float(d[0].float().std()) if self.vary else 1.0 for d in msg["draws"]]
             per_call = sum(100.0 * s for s in spread) / calls
             return {"ok": True, "kernels": [("gemm", 0.75 * per_call), ("norm", 0.25 * per_call)],
                     "kernel_names": ["gemm"], "launches": 2.0, "repeats": calls}
-        return request
 
-    fixed = timing.profile_kernels(child(False), problem, "cpu", "small", 24, 48, 0.005)
+    options = GradeOptions(profile_draws=24, profile_max_draws=48, profile_rse=0.005)
+    fixed = timing.profile_kernels(Child(False), problem, "cpu", "small", options)
     assert fixed["repeats"] == 24 and fixed["rse"] == 0.0
     assert dict(fixed["kernels"]) == {"gemm": 75.0, "norm": 25.0} and fixed["launches"] == 2.0
-    varying = timing.profile_kernels(child(True), problem, "cpu", "small", 24, 48, 1e-6)
+    strict = GradeOptions(profile_draws=24, profile_max_draws=48, profile_rse=1e-6)
+    varying = timing.profile_kernels(Child(True), problem, "cpu", "small", strict)
     assert varying["repeats"] == 48 and 0 < varying["rse"] < 0.5
-    failed = timing.profile_kernels(lambda msg: {"ok": False, "error": "boom"}, problem, "cpu", "small", 24, 48, 0.005)
+    failed = timing.profile_kernels(Child(None), problem, "cpu", "small", options)
     assert failed == {"ok": False, "error": "boom"}
 
 

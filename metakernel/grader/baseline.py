@@ -39,8 +39,7 @@ def _key(problem: Problem, device: str, scale: str, kind: str, setting: str) -> 
 
 def _gpu_kernel_us(worker: Worker, problem: Problem, device: str, scale: str, options: Any) -> float | None:
     """The baseline's GPU kernel time per call, profiled over fresh draws like a candidate's; None if unknown."""
-    reply = profile_kernels(lambda msg: worker.request(msg, timeout=options.call_timeout_s), problem, device, scale,
-                            options.profile_draws, options.profile_max_draws, options.profile_rse)
+    reply = profile_kernels(worker, problem, device, scale, options)
     total = sum(us for _, us in reply.get("kernels", [])) if reply.get("ok") else 0.0
     return total or None
 

@@ -9,7 +9,6 @@ outputs) → timing over fresh draws with re-checks → profiler attribution →
 from __future__ import annotations
 
 import hashlib
-import math
 import random
 import statistics
 import time
@@ -259,9 +258,7 @@ class Evaluation:
     def profile(self) -> None:
         assert self.worker is not None
         try:
-            worker, o = self.worker, self.o
-            reply = profile_kernels(lambda msg: worker.request(msg, timeout=o.call_timeout_s), self.problem,
-                                    self.device, self.scale, o.profile_draws, o.profile_max_draws, o.profile_rse)
+            reply = profile_kernels(self.worker, self.problem, self.device, self.scale, self.o)
         except WorkerFailure as exc:
             self.report.integrity.append(f"profiling failed: {exc.status}")
             return
@@ -280,8 +277,7 @@ class Evaluation:
         if kernels:
             self.report.gpu_only_us = total
             self.report.gpu_only_draws = int(reply.get("repeats") or 0)
-            rse = reply.get("rse")
-            self.report.gpu_only_rse = rse if rse is not None and math.isfinite(rse) else None
+            self.report.gpu_only_rse = reply.get("rse")
             self.report.dsl_share = dsl_us / total if total > 0 else None
             timing = self.report.timing
             if timing is not None and timing.median_us < 0.8 * total:

@@ -9,6 +9,7 @@ reported times that cannot fit in it are flagged.
 
 from __future__ import annotations
 
+import math
 import secrets
 import statistics
 import time
@@ -52,24 +53,26 @@ def profile_request(problem: Problem, device: str, scale: str, count: int) -> di
 PROFILE_CHUNK = 3
 
 
-def profile_kernels(request: Callable[[dict[str, Any]], dict[str, Any]], problem: Problem, device: str, scale: str,
-                    min_draws: int, max_draws: int, target_rse: float) -> dict[str, Any]:
-    """Profile fresh draws in requests of PROFILE_CHUNK until the mean GPU time per call is known to `target_rse`.
+def profile_kernels(worker: Any, problem: Problem, device: str, scale: str, options: Any) -> dict[str, Any]:
+    """Profile fresh draws in requests of PROFILE_CHUNK until the mean GPU time per call is known to `profile_rse`.
 
     A kernel whose work depends on the draw (paged attention over random page lengths: the longest request sets
     the time) moved 2-3.4 % between two gradings when its GPU-only time was the mean of 6 draws, 0.1-0.4 % (CuTe)
-    with 48; a fixed-work kernel's requests agree to 0.02 %. So the count adapts: at least `min_draws`, then more
-    until the standard error of the request means is under `target_rse` of their mean, at most `max_draws`.
-    Returns the child's reply shape with kernels merged by name (µs per call), `repeats` = calls profiled and `rse`
-    of the GPU-time mean; a failed request's reply is returned as is.
+    with 48; a fixed-work kernel's requests agree to 0.02 %. So the count adapts (GradeOptions): at least
+    `profile_draws`, then more until the standard error of the request means is under `profile_rse` of their mean,
+    at most `profile_max_draws`. `worker` is the child's (candidate or baseline) `Worker`. Returns the child's
+    reply shape with kernels merged by name (µs per call), `repeats` = calls profiled and `rse` of the GPU-time
+    mean (None from a single request); a failed request's reply is returned as is.
     """
     per_name: dict[str, float] = {}
     names: set[str] = set()
     chunk_us: list[tuple[int, float]] = []
     launches = 0.0
     calls = 0
-    while calls < max_draws:
-        reply = request(profile_request(problem, device, scale, min(PROFILE_CHUNK, max_draws - calls)))
+    rse = float("inf")
+    while calls < options.profile_max_draws:
+        count = min(PROFILE_CHUNK, options.profile_max_draws - calls)
+        reply = worker.request(profile_request(problem, device, scale, count), timeout=options.call_timeout_s)
         if not reply.get("ok"):
             return reply
         n = int(reply.get("repeats") or 1)
@@ -79,10 +82,12 @@ def profile_kernels(request: Callable[[dict[str, Any]], dict[str, Any]], problem
         launches += float(reply.get("launches") or 0.0) * n
         chunk_us.append((n, sum(float(us) for _, us in reply.get("kernels", []))))
         calls += n
-        if calls >= min_draws and _chunk_rse(chunk_us) <= target_rse:
+        rse = _chunk_rse(chunk_us)
+        if calls >= options.profile_draws and rse <= options.profile_rse:
             break
     return {"ok": True, "kernels": [(name, total / calls) for name, total in per_name.items()],
-            "kernel_names": sorted(names), "launches": launches / calls, "repeats": calls, "rse": _chunk_rse(chunk_us)}
+            "kernel_names": sorted(names), "launches": launches / calls, "repeats": calls,
+            "rse": rse if math.isfinite(rse) else None}
 
 
 def _chunk_rse(chunks: list[tuple[int, float]]) -> float:
@@ -138,11 +143,11 @@ def timing_stats(samples: list[float], host: list[float], wall: float, flush: bo
                   host_median_us=statistics.median(host[i] * 1e6 for i in kept), wall_s=wall, l2_flush=flush,
                   draws=len(samples), kept_share=len(fast) / len(samples),
                   all_median_us=statistics.median(x * 1e6 for x in samples),
-                  probe_fast_us=_fast_level(known, fast_ref_s) * 1e6 if known else None,
+                  probe_fast_us=fast_level(known, fast_ref_s) * 1e6 if known else None,
                   probe_median_us=statistics.median(known) * 1e6 if known else None, host_gate=gate)
 
 
-def _fast_level(probes: list[float], fast_ref_s: float | None = None) -> float:
+def fast_level(probes: list[float], fast_ref_s: float | None = None) -> float:
     """The host's fast level: the 10th percentile of the probes (the minimum is one lucky draw).
 
     A reference level measured beforehand wins when lower: a grading that spent its whole timing phase in the slow
@@ -163,7 +168,7 @@ def kept_indices(probes: list[float | None] | None, gate: float, n: int,
     known = _valid_probes(probes)
     if gate <= 0 or len(known) != n:
         return list(range(n))
-    limit = _fast_level(known, fast_ref_s) * (1.0 + gate)
+    limit = fast_level(known, fast_ref_s) * (1.0 + gate)
     return [i for i, p in enumerate(known) if p <= limit]
 
 
@@ -180,7 +185,7 @@ def host_fast_level_us(seconds: float, gap_s: float = 0.002) -> float:
     while time.perf_counter() < until:
         probes.append(host_probe())
         time.sleep(gap_s)
-    return _fast_level(probes) * 1e6
+    return fast_level(probes) * 1e6
 
 
 def bracket_settings(options: Any) -> dict[str, Any]:
