@@ -1,0 +1,347 @@
+"""Operating-system isolation of the candidate's process (DESIGN.md section 4.2).
+
+The candidate is an adversary that reads our source, so the walls are the kernel's, not Python's:
+
+- **its own unprivileged uid/gid** (`mode="uid"`, when the grader runs as root: a fresh uid per child, so two
+  children cannot reach each other either) or, for an unprivileged grader, **a user namespace** (`mode="userns"`);
+  no supplementary groups, `no_new_privs`, and the grader's own process marked non-dumpable (`protect_parent`), so
+  `/proc/<parent>/mem` and `environ` are closed even to a process of the same uid;
+- **a private filesystem view**: a new mount namespace whose root is an empty tmpfs holding read-only binds of
+  only what the child needs (system directories, the Python installation, the import path — a checkout on the
+  import path contributes its `metakernel/` package only, never its `.env` or experiment folders), a fresh `/tmp`,
+  a private `/dev/shm`, `/proc` mounted with `hidepid=invisible`, and one writable folder: the child's work dir
+  (which holds its copy of the kernel file). The grader's home, caches (the eager baselines), `.env`, the
+  experiment store and the parent's files do not exist in that view;
+- **no network**: a new, empty network namespace (the channel to the parent is a socketpair made before);
+- **resource limits**: no core files, bounded file size and thread count.
+
+`enter` runs first thing in the child, before torch is imported, and returns what is in force; the grader records
+it in every report. When no isolation can be had the child refuses to run the candidate unless the user opted out
+(`METAKERNEL_ALLOW_UNSANDBOXED=1` / `GradeOptions.require_isolation=False`), and the report then says so.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import secrets
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWNET = 0x40000000
+CLONE_NEWUSER = 0x10000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
+PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 4, 38
+
+#: System folders bound read-only into the child's root (symlinks among them are recreated as symlinks).
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+#: Marks a folder on the import path as a project checkout: only its `metakernel/` package is bound.
+CHECKOUT_MARKS = (".git", ".env", "pyproject.toml", "setup.py", "setup.cfg")
+#: A fresh uid per child from this range (mode "uid").
+UID_BASE, UID_SPAN = 2_100_000, 800_000
+ENV_OPT_OUT = "METAKERNEL_ALLOW_UNSANDBOXED"
+
+
+class SandboxError(Exception):
+    """Isolation could not be set up (the child then refuses to run the candidate)."""
+
+
+@dataclass
+class Plan:
+    """What the parent asks the child to do; crosses to the child as JSON in its start-up config."""
+
+    mode: str  # "uid" | "userns" | "none"
+    work: str  # the child's writable folder (its cwd, HOME and TMPDIR)
+    root: str  # an empty folder to build the child's root in
+    binds: list[str] = field(default_factory=list)  # read-only binds, same path inside
+    links: dict[str, str] = field(default_factory=dict)  # symlinks to recreate inside: path -> target
+    uid: int = 0
+    gid: int = 0
+    allow_unsandboxed: bool = False
+
+
+@dataclass
+class Isolation:
+    """What was in force in the child (reported with every grading)."""
+
+    mode: str = "none"
+    uid: int | None = None
+    filesystem: str = "shared"
+    network: str = "shared"
+    proc: str = "shared"
+    no_new_privs: bool = False
+    parent_dumpable: bool | None = None
+    limits: dict[str, Any] = field(default_factory=dict)
+    audit_hook: bool = False
+    opted_out: bool = False
+    errors: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        """One line for reports and `.ci/run`."""
+        if self.mode == "none":
+            return "isolation: none" + (" (opted out by the user)" if self.opted_out else "")
+        return (f"isolation: {self.mode}" + (f" {self.uid}" if self.uid is not None else "")
+                + f", filesystem {self.filesystem}, network {self.network}, proc {self.proc}"
+                + (", no_new_privs" if self.no_new_privs else "") + (", audit hook" if self.audit_hook else ""))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return asdict(self)
+
+
+def opted_out() -> bool:
+    """The user asked to grade without isolation (only for machines that offer none)."""
+    return os.environ.get(ENV_OPT_OUT, "") not in ("", "0")
+
+
+def protect_parent() -> bool:
+    """Mark the grader's process non-dumpable: its memory and environment closed to every other process."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def parent_dumpable() -> bool | None:
+    """Whether this process is dumpable (None when unknown)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(3, 0, 0, 0, 0))  # PR_GET_DUMPABLE
+    except (OSError, AttributeError):
+        return None
+
+
+def default_mode() -> str:
+    """`uid` for a root grader, else `userns` where the kernel offers user namespaces, else `none`."""
+    if sys.platform != "linux":
+        return "none"
+    if os.geteuid() == 0:
+        return "uid"
+    try:
+        if int(Path("/proc/sys/user/max_user_namespaces").read_text()) > 0:
+            return "userns"
+    except (OSError, ValueError):
+        pass
+    return "none"
+
+
+def _is_checkout(path: Path) -> bool:
+    return any((path / mark).exists() for mark in CHECKOUT_MARKS)
+
+
+def visible_paths(extra: list[str] | None = None) -> tuple[list[str], dict[str, str]]:
+    """Folders to bind read-only (real paths) and symlinks to recreate, for a child that imports like this process.
+
+    Binds: the system folders, the Python installation, every folder on the import path (a checkout contributes
+    only its `metakernel` package), the folders of LD_LIBRARY_PATH and `extra` (e.g. a CUDA toolkit root).
+    """
+    import metakernel
+
+    wanted: list[str] = [*SYSTEM_DIRS, sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]
+    package = Path(metakernel.__file__).resolve().parent
+    wanted.append(str(package))
+    for entry in sys.path:
+        if not entry:
+            continue
+        p = Path(entry)
+        if not p.exists():
+            continue
+        if p.is_dir() and _is_checkout(p):
+            continue  # a project folder: its own package is bound above, nothing else of it
+        wanted.append(str(p))
+    wanted += [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]
+    wanted += list(extra or [])
+    binds: list[str] = []
+    links: dict[str, str] = {}
+    for raw in wanted:
+        path = Path(raw)
+        if not path.exists():
+            continue
+        if path.is_symlink() and str(path) in SYSTEM_DIRS:
+            links[str(path)] = os.readlink(path)
+            continue
+        real = str(path.resolve())
+        if str(path) != real and not path.is_symlink():
+            pass
+        binds.append(real)
+        if str(path.absolute()) != real:
+            links.setdefault(str(path.absolute()), real)
+    # Keep only the outermost of nested binds (a bind of /usr already holds /usr/lib/python3/...).
+    outer: list[str] = []
+    for b in sorted(set(binds), key=len):
+        if not any(b == o or b.startswith(o.rstrip("/") + "/") for o in outer):
+            outer.append(b)
+    links = {k: v for k, v in links.items()
+             if not any(k == o or k.startswith(o.rstrip("/") + "/") for o in outer)}
+    return outer, links
+
+
+def make_plan(work: Path, *, extra_binds: list[str] | None = None, mode: str | None = None,
+              allow_unsandboxed: bool | None = None) -> Plan:
+    """The isolation plan for one child whose writable folder is `work` (created by the caller, owned by it)."""
+    mode = mode or default_mode()
+    root = work.parent / (work.name + "-root")
+    root.mkdir(mode=0o700, exist_ok=True)
+    binds, links = visible_paths(extra_binds)
+    uid = UID_BASE + secrets.randbelow(UID_SPAN)
+    plan = Plan(mode=mode, work=str(work), root=str(root), binds=binds, links=links, uid=uid, gid=uid,
+                allow_unsandboxed=opted_out() if allow_unsandboxed is None else allow_unsandboxed)
+    if mode == "uid":
+        os.chown(work, uid, uid)
+        os.chmod(work, 0o700)
+    return plan
+
+
+# ------------------------------------------------------------------------------------------------ the child side
+def _libc() -> Any:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+    libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+    libc.unshare.argtypes = [ctypes.c_int]
+    return libc
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise SandboxError(f"{what}: {os.strerror(err)}")
+
+
+def _mount(libc: Any, source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None
+           ) -> None:
+    _check(libc.mount(source.encode() if source else None, target.encode(), fstype.encode() if fstype else None,
+                      flags, data.encode() if data else None), f"mount {source or fstype} on {target}")
+
+
+def _inside(root: str, path: str) -> str:
+    return root.rstrip("/") + "/" + path.lstrip("/")
+
+
+def _bind_ro(libc: Any, root: str, path: str, writable: bool = False) -> None:
+    target = _inside(root, path)
+    if os.path.isdir(path):
+        os.makedirs(target, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        if not os.path.exists(target):
+            open(target, "a").close()  # noqa: SIM115 - a mount point for a file bind
+    _mount(libc, path, target, None, MS_BIND | MS_REC)
+    if not writable:
+        _mount(libc, None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_REC)
+
+
+def _limits() -> dict[str, Any]:
+    import resource
+
+    applied: dict[str, Any] = {}
+    for name, value in (("RLIMIT_CORE", 0), ("RLIMIT_FSIZE", 16 << 30), ("RLIMIT_NPROC", 4096)):
+        try:
+            limit = getattr(resource, name)
+            soft, hard = resource.getrlimit(limit)
+            new = value if hard == resource.RLIM_INFINITY else min(value, hard)
+            resource.setrlimit(limit, (new, new))
+            applied[name.removeprefix("RLIMIT_").lower()] = new
+        except (ValueError, OSError, AttributeError):
+            pass
+    return applied
+
+
+def _build_root(libc: Any, plan: Plan, iso: Isolation) -> None:
+    """Mount namespace: an empty tmpfs root with read-only binds, fresh /tmp and /dev/shm, /proc hidepid."""
+    root = plan.root
+    _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)
+    _mount(libc, "tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64m")
+    os.makedirs(_inside(root, "/tmp"), exist_ok=True)
+    _mount(libc, "tmpfs", _inside(root, "/tmp"), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+    for path in sorted(plan.binds, key=len):
+        try:
+            _bind_ro(libc, root, path)
+        except (SandboxError, OSError) as exc:
+            iso.errors.append(str(exc))
+    for link, target in plan.links.items():
+        inside = _inside(root, link)
+        if os.path.lexists(inside):
+            continue
+        os.makedirs(os.path.dirname(inside), exist_ok=True)
+        os.symlink(target, inside)
+    os.makedirs(_inside(root, "/dev"), exist_ok=True)
+    _mount(libc, "/dev", _inside(root, "/dev"), None, MS_BIND | MS_REC)
+    try:
+        _mount(libc, "tmpfs", _inside(root, "/dev/shm"), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+    except SandboxError as exc:
+        iso.errors.append(str(exc))
+    if os.path.isdir("/sys"):
+        try:
+            _bind_ro(libc, root, "/sys")
+        except SandboxError as exc:
+            iso.errors.append(str(exc))
+    os.makedirs(_inside(root, "/proc"), exist_ok=True)
+    for option, label in (("hidepid=invisible", "own processes only"), ("hidepid=2", "own processes only")):
+        try:
+            _mount(libc, "proc", _inside(root, "/proc"), "proc", MS_NOSUID | MS_NODEV, option)
+            iso.proc = label
+            break
+        except SandboxError as exc:
+            iso.errors.append(str(exc))
+    else:
+        _mount(libc, "/proc", _inside(root, "/proc"), None, MS_BIND | MS_REC)
+        iso.proc = "shared"
+    _bind_ro(libc, root, plan.work, writable=True)
+    os.chroot(root)
+    os.chdir(plan.work)
+    iso.filesystem = "private (read-only system and Python, own work dir)"
+
+
+def enter(plan: Plan) -> Isolation:
+    """Apply `plan` to this process (the child, before torch is imported); raise SandboxError if it cannot."""
+    iso = Isolation(mode=plan.mode, opted_out=plan.allow_unsandboxed and plan.mode == "none")
+    iso.limits = _limits()
+    if plan.mode == "none":
+        if not plan.allow_unsandboxed:
+            raise SandboxError("no isolation is available on this machine")
+        return iso
+    libc = _libc()
+    try:
+        if plan.mode == "userns":
+            uid, gid = os.geteuid(), os.getegid()
+            _check(libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET), "unshare(user, mount, net)")
+            Path("/proc/self/setgroups").write_text("deny")
+            Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
+            Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
+        else:
+            _check(libc.unshare(CLONE_NEWNS | CLONE_NEWNET), "unshare(mount, net)")
+        iso.network = "none (own empty namespace)"
+        _build_root(libc, plan, iso)
+        if plan.mode == "uid":
+            os.setgroups([])
+            os.setresgid(plan.gid, plan.gid, plan.gid)
+            os.setresuid(plan.uid, plan.uid, plan.uid)
+            iso.uid = plan.uid
+            try:
+                os.setuid(0)
+            except PermissionError:
+                pass
+            else:
+                raise SandboxError("privileges could be regained after dropping them")
+        _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(no_new_privs)")
+        iso.no_new_privs = True
+    except (SandboxError, OSError) as exc:
+        if plan.allow_unsandboxed:
+            iso.errors.append(str(exc))
+            iso.mode, iso.opted_out = "none", True
+            return iso
+        raise SandboxError(str(exc)) from exc
+    home = plan.work
+    for key in ("HOME", "TMPDIR", "TMP", "TEMP"):
+        os.environ[key] = home
+    os.environ["XDG_CACHE_HOME"] = os.path.join(home, ".cache")
+    os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
+    return iso
+
+
+__all__ = ["Isolation", "Plan", "SandboxError", "default_mode", "enter", "make_plan", "opted_out",
+           "protect_parent", "visible_paths"]
