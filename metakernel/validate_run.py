@@ -204,8 +204,9 @@ def run_gold_validation(selection: str, *, device: str, as_json: bool, report_pa
             current, prefetched = prefetched, None
             upcoming = pending[index + 1] if index + 1 < len(pending) else None
             if upcoming is not None and check_source(upcoming.path.read_bytes(), upcoming.dsl).ok:
-                prefetched = PendingWorker(upcoming.dsl, upcoming.path, "cuda", options)
-            if current is not None and current.worker.path != sol.path.resolve():
+                prefetched = PendingWorker(catalog.problem(upcoming.number), upcoming.dsl, upcoming.path, "cuda",
+                                           options)
+            if current is not None and current.worker.source != sol.path.resolve():
                 current.discard()
                 current = None
             report = grade(problem, sol.dsl, sol.path, device="cuda", options=options, prestarted=current)

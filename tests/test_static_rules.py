@@ -1,90 +1,575 @@
-"""Every static rule has a case that must be caught, and clean kernels pass (DESIGN 3 and 4.1)."""
+"""Every static rule has cases that must be caught, in several spellings, and clean kernels pass (DESIGN 3, 4.1)."""
 
 from __future__ import annotations
 
+import re
+import textwrap
+from pathlib import Path
+
 import pytest
 
-from metakernel.grader.static import MAX_BYTES, check_source
+from metakernel.grader.static import ALLOWED_IMPORTS, MAX_BYTES, Violation, check_source
 
-CLEAN_CUTE = """
+ROOT = Path(__file__).resolve().parents[1]
+GOLD = sorted(ROOT.glob("solutions/*/*/correct/*.py"))
+WRONG = sorted(ROOT.glob("solutions/*/*/wrong/*.py"))
+
+CLEAN = {
+    "cute": """
 import torch
 import cutlass
 import cutlass.cute as cute
 
+
 def solve(x):
     return x
-"""
-CLEAN_TIRX = """
+
+
+x = y = f = g = name = None
+""",
+    "tirx": """
 import torch
 import tvm
 from tvm.script import tirx as Tx
 
+
 def solve(x):
     return x
-"""
 
 
-def test_clean_kernels_pass():
-    assert check_source(CLEAN_CUTE, "cute").ok
-    assert check_source(CLEAN_TIRX, "tirx").ok
+x = y = f = g = name = None
+""",
+}
 
 
-@pytest.mark.parametrize("snippet, needle", [
-    ("import triton", "Triton"),
-    ("import triton.language as tl", "Triton"),
-    ("from torch.utils.cpp_extension import load_inline", "cpp_extension"),
-    ("from torch.utils import cpp_extension", "cpp_extension"),
-    ("f = torch.compile(lambda x: x)", "torch.compile"),
-    ("from torch import compile as c", "torch.compile"),
-    ("t = torch.jit.script", "TorchScript"),
-    ("g = torch.cuda.CUDAGraph()", "CUDA graphs"),
-    ("with torch.cuda.graph(g): pass", "CUDA graphs"),
-    ("import ctypes", "ctypes"),
-    ("import subprocess", "subprocesses"),
-    ("import os", "os"),
-    ("from cuda.bindings import nvrtc", "NVRTC"),
-    ("import cupy", "CuPy"),
-    ("import tvm.contrib.cublas", "library kernels"),
-    ("torch.cuda.Event.elapsed_time = lambda a, b: 1.0", "timers"),
-    ("s = torch.initial_seed()", "seeds"),
-    ("s = torch.cuda.get_rng_state()", "seeds"),
-    ("exec('x = 1')", "exec"),
-    ("m = __import__('triton')", "dynamic imports"),
-    ("from metakernel import compare", "harness"),
-    ("y = reference(x)", "reference"),
-    ("y = make_inputs('cuda')", "make_inputs"),
-    ("import time", "timers"),
-    ("f = open('/proc/self/maps')", "file access"),
-    ("setattr(torch, 'add', None)", "patching"),
-    ("x = torch._C._cuda_getCurrentRawStream(0)", "torch internals"),
-    ("f = tvm.get_global_func('ffi.ModuleGetFunction')", "raw FFI"),
-    ("import tvm_ffi", "raw FFI"),
-])
-def test_forbidden_constructs_are_caught_with_line_numbers(snippet, needle):
-    source = CLEAN_CUTE + "\n" + snippet + "\n"
-    result = check_source(source, "cute")
+def _check(snippet: str, dsl: str):
+    source = CLEAN[dsl] + textwrap.dedent(snippet).strip("\n") + "\n"
+    result = check_source(source, dsl)
+    first = CLEAN[dsl].count("\n") + 1
+    return result, [v.text() for v in result.violations if v.line >= first]
+
+
+def rejected(snippet: str, needle: str, dsl: str = "cute") -> None:
+    result, texts = _check(snippet, dsl)
     assert result.status == "rule_violation", snippet
-    line = source.count("\n", 0, source.index(snippet)) + 1
-    assert any(needle in v.rule or needle in v.detail for v in result.violations), result.violations
-    assert any(v.line == line for v in result.violations)
+    assert any(needle in t for t in texts), (snippet, texts)
 
 
-def test_the_other_dsl_is_forbidden_and_own_dsl_required():
-    result = check_source(CLEAN_TIRX + "\nimport cutlass\n", "tirx")
-    assert result.status == "rule_violation" and any("cute DSL" in v.rule for v in result.violations)
-    result = check_source("import torch\n\ndef solve(x):\n    return x * 2\n", "cute")
-    assert result.status == "rule_violation" and "never imports cutlass" in result.violations[0].detail
+def clean(snippet: str, dsl: str = "cute") -> None:
+    result, texts = _check(snippet, dsl)
+    assert result.ok, (snippet, [v.text() for v in result.violations])
 
 
-def test_size_parse_and_missing_solve():
+def _expected(path: Path) -> str:
+    match = re.search(r"Expected: (\S+)", path.read_text(encoding="utf-8"))
+    return match.group(1) if match else ""
+
+
+def _dsl(path: Path) -> str:
+    return "cute" if path.name.startswith("cute") else "tirx"
+
+
+# ------------------------------------------------------------------------------------------------ gold and wrong
+@pytest.mark.parametrize("path", GOLD, ids=lambda p: str(p.relative_to(ROOT / "solutions")))
+def test_gold_kernels_pass(path: Path) -> None:
+    result = check_source(path.read_bytes(), _dsl(path))
+    assert result.ok, [v.text() for v in result.violations]
+
+
+@pytest.mark.parametrize("path", WRONG, ids=lambda p: str(p.relative_to(ROOT / "solutions")))
+def test_wrong_kernels_are_rejected_exactly_when_expected_static(path: Path) -> None:
+    result = check_source(path.read_bytes(), _dsl(path))
+    if _expected(path) == "rule_violation/static":
+        assert result.status == "rule_violation"
+    else:  # they must reach the check that catches them
+        assert result.ok, [v.text() for v in result.violations]
+
+
+def test_there_are_gold_and_static_wrong_kernels() -> None:
+    assert len(GOLD) >= 20 and {_dsl(p) for p in GOLD} == {"cute", "tirx"}
+    assert sum(_expected(p) == "rule_violation/static" for p in WRONG) >= 3
+
+
+# ------------------------------------------------------------------------------------------------ basics
+def test_clean_kernels_pass() -> None:
+    assert check_source(CLEAN["cute"], "cute").ok
+    assert check_source(CLEAN["tirx"], "tirx").ok
+
+
+def test_messages_name_the_file_and_line() -> None:
+    source = CLEAN["cute"] + "s = torch.sys\n"
+    result = check_source(source, "cute", filename="my_kernel.py")
+    line = source.count("\n")
+    assert [v.text() for v in result.violations] == [
+        f"my_kernel.py:{line}: forbidden attribute .sys (standard-library module reachable through another module: "
+        "the sandbox forbids it)"]
+    assert check_source(source, "cute").violations[0].text().startswith(f"kernel.py:{line}: ")
+    assert Violation(3, "why", "what").text() == "kernel.py:3: what (why)"
+    assert "my_kernel.py does not parse" in check_source("def (", "cute", filename="my_kernel.py").problem
+
+
+def test_size_parse_and_missing_solve() -> None:
     assert "300 KB" in check_source("#" * (MAX_BYTES + 1), "cute").problem
     bad = check_source("def solve(:\n", "cute")
     assert bad.status == "compile_error" and "does not parse: line 1" in bad.problem
     none = check_source("import cutlass\n\ndef other():\n    pass\n", "cute")
     assert none.status == "compile_error" and "no top-level solve" in none.problem
     assert check_source(b"\xff\xfe", "cute").status == "compile_error"
+    assert check_source("import cutlass\nsolve = lambda x: x\n", "cute").ok
 
 
-def test_unrelated_names_are_not_flagged():
-    ok = CLEAN_CUTE + "\nclass K:\n    reference = 1\n\ndef helper(cfg):\n    return cfg.seed_like + cfg.reference\n"
-    assert check_source(ok, "cute").ok
+def test_the_other_dsl_is_forbidden_and_own_dsl_required() -> None:
+    result = check_source(CLEAN["tirx"] + "\nimport cutlass\n", "tirx")
+    assert result.status == "rule_violation" and any("cute DSL" in v.rule for v in result.violations)
+    result = check_source(CLEAN["cute"] + "\nfrom tvm.script import tirx\n", "cute")
+    assert [v.rule for v in result.violations] == ["the cute variant must not use the tirx DSL"]
+    result = check_source("import torch\n\ndef solve(x):\n    return x * 2\n", "cute")
+    assert result.status == "rule_violation" and "never imports cutlass" in result.violations[0].detail
+
+
+# ------------------------------------------------------------------------------------------------ imports
+@pytest.mark.parametrize("snippet, dsl", [
+    ("import os", "cute"), ("import numpy as np", "cute"), ("import triton", "cute"), ("import triton.language", "cute"),
+    ("import cuda", "cute"), ("import cuda.bindings.runtime", "cute"), ("from cuda.bindings import nvrtc", "cute"),
+    ("import cutlass.torch", "cute"), ("import cupy", "cute"), ("from metakernel import compare", "cute"),
+    ("import reference", "cute"), ("import torch.utils.cpp_extension", "cute"), ("from torch.cuda import Event", "cute"),
+    ("import torch.cuda", "cute"), ("import tvm.relax", "tirx"), ("import tvm.contrib.cublas", "tirx"),
+    ("import tvm_ffi", "tirx"), ("import cuda.bindings.driver", "tirx"), ("import collections.abc as a, os", "cute"),
+])
+def test_imports_off_the_allowlist_are_refused_with_the_allowlist(snippet: str, dsl: str) -> None:
+    rejected(snippet, "forbidden import", dsl)
+    rejected(snippet, f"not on the {dsl} import allowlist: torch, torch.nn", dsl)
+
+
+@pytest.mark.parametrize("snippet, needle", [
+    ("from torch import *", "import *"),
+    ("from . import helpers", "relative import"),
+    ("from .helpers import f", "relative import"),
+    ("from torch import compile as c", ".compile"),
+    ("from torch.cuda import Event", ".Event"),
+    ("from torch.utils import cpp_extension", ".cpp_extension"),
+    ("import torch.utils.cpp_extension", ".cpp_extension"),
+    ("from torch import load", ".load"),
+    ("from cutlass.cute import _mlir", "._mlir"),
+    ("from cuda.bindings.driver import cuLaunchKernel", ".cuLaunchKernel"),
+    ("from cutlass.cute import compile", "forbidden name compile"),
+])
+def test_imported_names_are_checked_as_attributes(snippet: str, needle: str) -> None:
+    rejected(snippet, needle)
+
+
+def test_allowlisted_imports_pass() -> None:
+    clean("""
+        import math, typing, functools, itertools, dataclasses, enum, numbers, collections, collections.abc
+        import torch.nn.functional as F
+        from torch import nn
+        import cutlass.cute.runtime
+        import cutlass.cute.nvgpu.warpgroup
+        import cutlass.utils.hopper_helpers
+        import cutlass.pipeline
+        import cutlass.memory
+        from cutlass.cute import runtime, arch
+        from cutlass.cute.runtime import make_fake_compact_tensor, from_dlpack
+        from cutlass.cute.nvgpu import cpasync, warp
+        import cuda.bindings.driver as cu
+        from cuda.bindings import driver
+        s = cu.CUstream(torch.cuda.current_stream().cuda_stream)
+        t = driver.CUstream(0)
+        """)
+    clean("""
+        from __future__ import annotations
+        import tvm.tirx
+        import tvm.runtime, tvm.target, tvm.ir, tvm.arith
+        from tvm.script.tirx import prim_func
+        """, "tirx")
+    assert "cutlass.cute.*" in ALLOWED_IMPORTS["cute"] and "tvm.script.tirx.*" in ALLOWED_IMPORTS["tirx"]
+
+
+@pytest.mark.parametrize("snippet", [
+    "import cuda.bindings.driver as cu\ncu.cuLaunchKernel(0)",
+    "import cuda.bindings.driver as cu\nr = cu.cuEventElapsedTime",
+    "import cuda.bindings.driver\ns = cuda.bindings.runtime.cudaMalloc",
+    "import cuda.bindings.driver\ns = cuda.bindings.nvrtc",
+])
+def test_the_cuda_driver_allows_only_its_stream_names(snippet: str) -> None:
+    rejected(snippet, "forbidden attribute")
+
+
+# ------------------------------------------------------------------------------------------------ builtins
+@pytest.mark.parametrize("snippet, needle", [
+    ("b = __builtins__", "forbidden name __builtins__"),
+    ("m = __import__('o' + 's')", "forbidden name __import__"),
+    ("import builtins", "forbidden import builtins"),
+    ("g = globals()", "forbidden name globals"),
+    ("v = vars()", "forbidden name vars"),
+    ("v = vars(torch)", "forbidden name vars"),
+    ("l = locals()", "forbidden name locals"),
+    ("d = dir(torch)", "forbidden name dir"),
+    ("o = getattr(__builtins__, 'open')", "forbidden name __builtins__"),
+    ("eval('1')", "runs code from a string"),
+    ("exec('x = 1')", "runs code from a string"),
+    ("c = compile('1', 'k', 'eval')", "forbidden name compile"),
+    ("h = open('/proc/self/maps')", "file access"),
+    ("breakpoint()", "debugger"),
+    ("s = input()", "stdin"),
+    ("e = eval", "forbidden name eval"),
+    ("r = [exec][0]('1')", "forbidden name exec"),
+    ("def helper(open):\n    return open", "forbidden name open"),
+    ("import math as eval", "forbidden name eval"),
+    ("setattr(torch, 'add', None)", "patching objects"),
+    ("delattr(x, 'y')", "patching objects"),
+    ("m = memoryview(b'')", "not on the builtins allowlist"),
+    ("exit()", "forbidden name exit"),
+    ("t = type('T', (object,), {})", "only type(x) with one argument"),
+    ("s = super(int, 3)", "only super() without arguments"),
+    ("s = __spec__", "forbidden name __spec__"),
+    ("d = __debug__", "forbidden name __debug__"),
+])
+def test_builtins_beyond_the_allowlist_are_refused(snippet: str, needle: str) -> None:
+    rejected(snippet, needle)
+
+
+@pytest.mark.parametrize("snippet, needle", [
+    ("y = reference(x)", "undefined name reference"),
+    ("y = make_inputs('cuda')", "undefined name make_inputs"),
+])
+def test_undefined_names_are_refused(snippet: str, needle: str) -> None:
+    rejected(snippet, needle)
+
+
+# ------------------------------------------------------------------------------------------------ computed names
+@pytest.mark.parametrize("snippet, needle", [
+    ("a = getattr(x, name)", "forbidden name getattr"),
+    ("a = getattr(x, 'com' + 'pile')", "forbidden name getattr"),
+    ("a = getattr(x, *name)", "forbidden name getattr"),
+    ("g = getattr", "forbidden name getattr"),
+    ("h = hasattr(x, name)", "forbidden name hasattr"),
+    ("a = getattr(x, '__class__')", "forbidden attribute .__class__"),
+    ("a = getattr(x, 'sys')", "forbidden attribute .sys"),
+    ("h = hasattr(x, 'compile')", "forbidden attribute .compile"),
+    ("h = hasattr(x, '_C')", "forbidden attribute ._C"),
+    ("import operator", "forbidden import operator"),
+    ("a = torch.nn.functional.operator.attrgetter('sys')", "forbidden attribute .operator"),
+    ("from functools import reduce\nv = reduce(getattr, ['a'], x)", "forbidden name getattr"),
+    ("s = '{0.__class__}'.format(x)", "string constant containing __class__"),
+    ("s = '{0._' '_class__}'.format(x)", "string constant containing __class__"),
+    ("s = '{0.sys}'.format(torch.nn)", "forbidden attribute .format"),
+    ("s = ('{0._' + '_globals__}').format(f)", "forbidden attribute .format"),
+    ("s = '{x.cuda}'.format_map({'x': 1})", "forbidden attribute .format_map"),
+    ("d = {'__builtins__': 1}", "string constant containing __builtins__"),
+    ("b = b'__globals__'", "string constant containing __globals__"),
+    ("match x:\n    case object(__class__=c):\n        pass", "forbidden attribute .__class__"),
+    ("match x:\n    case object(_C=c):\n        pass", "forbidden attribute ._C"),
+    ("import functools\nw = functools.update_wrapper(f, g)", "forbidden attribute .update_wrapper"),
+    ("import functools\nw = functools.wraps(f)", "forbidden attribute .wraps"),
+    ("import typing\nh = typing.get_type_hints(f)", "forbidden attribute .get_type_hints"),
+    ("d = dict(__torch_function__=f)", "keyword argument __torch_function__"),
+    ("import dataclasses\nC = dataclasses.make_dataclass('C', [])", "dynamic class creation"),
+])
+def test_computed_attribute_names_are_refused(snippet: str, needle: str) -> None:
+    rejected(snippet, needle)
+
+
+@pytest.mark.parametrize("snippet, needle", [
+    ("def k(m: \"__import__('os')\"):\n    pass", "forbidden name __import__"),
+    ("def k(m: 'open'):\n    pass", "forbidden name open"),
+    ("def k(m) -> 'torch.sys':\n    pass", "forbidden attribute .sys"),
+    ("v: 'globals()' = 1", "forbidden name globals"),
+    ("def k(m: 'a b'):\n    pass", "string annotation does not parse"),
+])
+def test_string_annotations_are_checked_as_code(snippet: str, needle: str) -> None:
+    rejected(snippet, needle)
+
+
+def test_constant_names_and_plain_strings_pass() -> None:
+    clean("""
+        a = getattr(cutlass, 'Float32') if hasattr(x, 'shape') else getattr(x, 'dtype', None)
+        s = f"{x} and {a!r:>10}"
+        if __name__ == "__main__":
+            print(__file__, "__init__", "__nv_expf")
+        def k(m: "cute.Tensor", n: "int") -> "cute.Tensor":
+            '''A docstring may say __class__ or __globals__.'''
+            return m
+        """)
+
+
+# ------------------------------------------------------------------------------------------------ module names
+@pytest.mark.parametrize("snippet", [
+    "s = torch.sys", "o = torch.os", "s = torch.nn.modules.module.sys", "o = torch.cuda.os", "o = cutlass.os",
+    "s = cute.runtime.sys", "c = torch.ctypes", "t = torch.threading", "i = torch.importlib", "s = torch.subprocess",
+    "b = torch.builtins", "g = torch.gc", "i = torch.inspect", "p = torch.pickle", "s = torch.socket",
+    "p = torch.pathlib.Path", "w = torch.weakref", "t = torch.traceback", "t = torch.types", "s = torch.signal",
+    "r = torch.random", "m = torch.multiprocessing", "a = torch.asyncio", "d = torch.datetime", "t = torch.time",
+    "l = torch.logging", "o = (lambda: 0)().sys", "o = f().os.system('true')", "o = x[0].os", "o = x.y.posix",
+    "fr = f.f_globals", "fr = f.f_back.f_locals", "t = f.tb_frame", "g = f.gi_frame", "c = f.co_consts",
+    "c = f.cell_contents", "s = x.settrace", "n = torch.numpy", "n = torch.np", "t = cutlass.torch.current_stream()",
+    "t = torch.nn.functional.torch.load", "t = torch.triton",
+])
+def test_modules_reachable_as_attributes_are_refused_on_any_root(snippet: str) -> None:
+    rejected(snippet, "forbidden attribute .")
+
+
+def test_tirx_roots_too() -> None:
+    rejected("s = tvm.sys", "standard-library module", "tirx")
+    rejected("s = Tx.os.environ", "standard-library module", "tirx")
+
+
+# ------------------------------------------------------------------------------------------------ dunders, private
+@pytest.mark.parametrize("snippet, needle", [
+    ("d = x.__dict__", ".__dict__"), ("c = x.__class__", ".__class__"), ("g = f.__globals__", ".__globals__"),
+    ("s = object.__subclasses__()", ".__subclasses__"), ("w = f.__wrapped__", ".__wrapped__"),
+    ("c = f.__closure__", ".__closure__"), ("c = f.__code__", ".__code__"), ("r = x.__reduce__", ".__reduce__"),
+    ("t = torch.Tensor.__torch_function__", ".__torch_function__"), ("t = x.__torch_dispatch__", ".__torch_dispatch__"),
+    ("i = x.__init__", ".__init__"), ("n = f.__name__", ".__name__"), ("m = __loader__", "__loader__"),
+    ("def __getattr__(name):\n    return name", "dunder method __getattr__"),
+    ("class A:\n    def __torch_function__(self):\n        pass", "dunder method __torch_function__"),
+    ("class A:\n    def __reduce__(self):\n        pass", "dunder method __reduce__"),
+    ("class A:\n    __slots__ = ()", "forbidden name __slots__"),
+])
+def test_dunders_are_refused(snippet: str, needle: str) -> None:
+    rejected(snippet, needle)
+
+
+@pytest.mark.parametrize("snippet, dsl", [
+    ("c = torch._C", "cute"), ("a = torch._foreach_add", "cute"), ("a = torch.ops.aten._softmax", "cute"),
+    ("b = x._base", "cute"), ("v = x._version", "cute"), ("m = cute._mlir", "cute"), ("m = cutlass.base_dsl._x", "cute"),
+    ("s = f()._secret", "cute"), ("s = x[0]._y", "cute"), ("f = Tx._ffi", "tirx"), ("f = tvm._ffi", "tirx"),
+    ("class A:\n    def m(self):\n        return self._undefined", "cute"),
+    ("class A:\n    def __init__(self):\n        self._c = torch\n    def m(self):\n        return self._c._x", "cute"),
+])
+def test_private_attributes_are_refused(snippet: str, dsl: str) -> None:
+    rejected(snippet, "private attribute", dsl)
+
+
+def test_own_private_names_pass() -> None:
+    clean("""
+        _FNS = {}
+        def _compiled(n):
+            return _FNS.get(n)
+        class Runner(torch.nn.Module):
+            _shared = 1
+            def __init__(self):
+                super().__init__()
+                self._cache = {}
+            def _key(self, t):
+                return (t.shape, self._shared)
+            def forward(self, t):
+                self._cache[self._key(t)] = _compiled(t.shape[0])
+                return self._cache
+        """)
+
+
+# ------------------------------------------------------------------------------------------------ files
+@pytest.mark.parametrize("snippet, needle", [
+    ("t = torch.load('w.pt')", ".load"), ("torch.save(x, 'w.pt')", ".save"), ("t = torch.from_file('f')", ".from_file"),
+    ("import numpy as np\na = np.fromfile('f')", ".fromfile"), ("s = torch.UntypedStorage.from_file('f')", ".from_file"),
+    ("s = x.untyped_storage().from_file('f')", ".from_file"), ("t = (lambda: 0)().load('f')", ".load"),
+    ("t = torch.serialization.load('f')", ".serialization"), ("m = torch.hub.load('a', 'b')", ".hub"),
+    ("x.cpu().numpy().tofile('f')", ".numpy"), ("t = torch\ny = t.load('f')", "module torch used as a value"),
+])
+def test_file_access_is_refused(snippet: str, needle: str) -> None:
+    rejected(snippet, needle)
+
+
+def test_load_on_dsl_and_local_values_passes() -> None:
+    clean("""
+        def helper(rX, rK, mQ, u):
+            a = rX.load()
+            b = rK[u, None].load()
+            return cute.local_tile(mQ, (1, 8), (0, 0))[0, None].load() + a + b
+        """)
+
+
+# ------------------------------------------------------------------------------------------------ other routes
+@pytest.mark.parametrize("snippet, dsl", [
+    ("g = torch.cuda.graphs", "cute"), ("g = torch.cuda.CUDAGraph()", "cute"), ("with torch.cuda.graph(g):\n    pass", "cute"),
+    ("m = torch.cuda.make_graphed_callables(f, (x,))", "cute"), ("c = torch.cuda.is_current_stream_capturing()", "cute"),
+    ("from torch.utils import cpp_extension", "cute"), ("m = torch.utils.cpp_extension.load_inline('a', 'b')", "cute"),
+    ("torch.ops.load_library('x.so')", "cute"), ("torch.classes.load_library('x.so')", "cute"),
+    ("j = torch.cuda.jiterator._create_jit_fn('code')", "cute"), ("j = torch.cuda._jiterator", "cute"),
+    ("lib = torch.library.Library('x', 'DEF')", "cute"), ("m = torch.overrides.TorchFunctionMode", "cute"),
+    ("m = torch.utils._python_dispatch.TorchDispatchMode", "cute"), ("p = torch.profiler.profile()", "cute"),
+    ("p = torch.autograd.profiler.profile()", "cute"), ("s = torch.jit.script(f)", "cute"),
+    ("c = torch.compile(f)", "cute"), ("c = torch.compiler.disable", "cute"), ("e = torch.export.export", "cute"),
+    ("t = torch.fx.symbolic_trace(f)", "cute"), ("d = torch._dynamo", "cute"), ("i = torch._inductor", "cute"),
+    ("t = torch.utils._triton", "cute"), ("h = torch._higher_order_ops", "cute"), ("m = torch.multiprocessing", "cute"),
+    ("d = torch.distributed.all_reduce", "cute"), ("b = torch.utils.benchmark.Timer", "cute"),
+    ("b = torch.backends.cudnn.enabled", "cute"), ("m = torch.nn.Module().compile()", "cute"),
+    ("m = torch.nn.Linear(1, 1)\nm.compile()", "cute"), ("f = x.compile", "cute"), ("t = torch.cuda.jit", "cute"),
+    ("t = torch.ops.higher_order.triton_kernel_wrapper_mutation", "cute"), ("t = torch.ops.aten.add.default.py_impl", "cute"),
+    ("c = tvm.contrib.nvcc", "tirx"), ("f = tvm.get_global_func('ffi.ModuleGetFunction')", "tirx"),
+    ("f = tvm.tirx._ffi_api", "tirx"), ("f = tvm.ffi.get_global_func", "tirx"), ("m = tvm.runtime.load_module('a.so')", "tirx"),
+    ("m = tvm.runtime.Module.load_module", "tirx"), ("t = f.time_evaluator('main', tvm.cuda())", "tirx"),
+    ("r = tvm.rpc.connect", "tirx"), ("c = Tx.call_extern('int32', 'system', 'x')", "tirx"),
+    ("c = Tx.call_packed('f')", "tirx"), ("c = Tx.call_intrin('handle', 'tir.tvm_call_packed')", "tirx"),
+    ("c = f.get_function('main')", "tirx"), ("c = tvm.contrib.cublas.matmul", "tirx"), ("c = x.cudnn", "tirx"),
+    ("c = torch.backends.cuda.cublas", "cute"), ("c = torch.cuda.cudart()", "cute"), ("j = torch.jit", "tirx"),
+])
+def test_other_kernel_routes_are_refused(snippet: str, dsl: str) -> None:
+    rejected(snippet, "forbidden attribute .", dsl)
+
+
+def test_dsl_compile_and_jit_pass() -> None:
+    clean("""
+        @cute.jit
+        def host(a):
+            pass
+        c = cute.compile(host, 1)
+        d = cutlass.cute.compile(host, 1)
+        s = cutlass.memory.SmemAllocator()
+        h = cutlass.utils.HardwareInfo()
+        """)
+    clean("""
+        e = tvm.compile(f, target=tvm.target.Target({"kind": "cuda", "arch": "sm_90a"}), tir_pipeline="tirx")
+        s = Tx.ptx.cp_async
+        """, "tirx")
+
+
+# ------------------------------------------------------------------------------------------------ telling calls apart
+@pytest.mark.parametrize("snippet", [
+    "e = torch.cuda.Event(enable_timing=True)", "t = e.elapsed_time(f)", "t = torch.utils.benchmark.Timer",
+    "from time import perf_counter", "t = x.perf_counter()", "t = x.time_ns()", "s = torch.initial_seed()",
+    "s = torch.cuda.get_rng_state()", "torch.cuda.set_rng_state(s)", "s = torch.seed()", "torch.manual_seed(0)",
+    "torch.cuda.manual_seed_all(0)", "g = torch.cuda.default_generators[0].get_state()",
+    "m = torch.cuda.memory_allocated()", "m = torch.cuda.max_memory_allocated()", "m = torch.cuda.memory_reserved()",
+    "m = torch.cuda.max_memory_reserved()", "m = torch.cuda.memory_stats()", "m = torch.cuda.memory_stats_as_nested_dict()",
+    "m = torch.cuda.memory_summary()", "m = torch.cuda.memory_snapshot()", "m = torch.cuda.mem_get_info()",
+    "m = torch.cuda.list_gpu_processes()", "p = torch.cuda.caching_allocator_alloc(1)",
+    "torch.cuda.caching_allocator_delete(p)", "p = torch.cuda.MemPool()", "c = torch.cuda.use_mem_pool(p)",
+    "torch.cuda.reset_peak_memory_stats()", "torch.cuda.reset_accumulated_memory_stats()",
+    "torch.cuda.set_per_process_memory_fraction(0.5)", "u = torch.cuda.utilization()", "t = torch.cuda.temperature()",
+    "p = torch.cuda.power_draw()", "c = torch.cuda.clock_rate()", "m = torch.cuda.memory.x", "c = torch.cuda.empty_cache()",
+    "p = torch.autograd.profiler._is_profiler_enabled", "p = torch.autograd.is_profiler_enabled()",
+    "k = cute.arch.clock()", "torch.set_default_device('cuda')", "torch.set_float32_matmul_precision('high')",
+    "c = torch.cuda.set_sync_debug_mode(1)",
+])
+def test_timers_seeds_allocator_and_settings_are_refused(snippet: str) -> None:
+    rejected(snippet, "forbidden attribute .")
+
+
+def test_streams_and_device_properties_pass() -> None:
+    clean("""
+        def run(t):
+            side = torch.cuda.Stream(device=t.device) if t.is_cuda else None
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                s = torch.cuda.current_stream().cuda_stream
+            torch.cuda.current_stream().wait_stream(side)
+            sms = torch.cuda.get_device_properties(t.device).multi_processor_count
+            torch.cuda.synchronize()
+            with torch.cuda.nvtx.range("k"):
+                pass
+            return torch.empty_like(t), t.data_ptr(), t.contiguous().view(-1), sms, s, cfg.seed_like
+        cfg = None
+        """)
+
+
+# ------------------------------------------------------------------------------------------------ modules as values
+@pytest.mark.parametrize("snippet", [
+    "t = torch", "g(torch)", "l = [cute]", "h = lambda: torch", "import cuda.bindings.driver as cu\nd = cu",
+    "from torch import nn\nm = nn", "c = {'t': cutlass}", "with torch as t:\n    pass",
+])
+def test_modules_may_not_hide_in_values(snippet: str) -> None:
+    rejected(snippet, "used as a value")
+
+
+@pytest.mark.parametrize("snippet", [
+    "torch = 1", "def helper(cute):\n    return cute.compile", "for torch in []:\n    pass", "import math as cute",
+    "def cutlass():\n    pass",
+])
+def test_imported_names_may_not_be_rebound(snippet: str) -> None:
+    rejected(snippet, "cute" if "cute" in snippet else "")
+
+
+# ------------------------------------------------------------------------------------------------ patching
+@pytest.mark.parametrize("snippet", [
+    "torch.cuda.synchronize = f", "T = torch.Tensor\nT.view = f", "x.b.c = 1", "torch.__dict__['x'] = 1",
+    "cute.x[0] = 1", "del torch.add", "torch.x += 1", "torch.x: int = 1", "for torch.x in []:\n    pass",
+    "with f as torch.x:\n    pass", "x.y = 1", "f().x = 1", "torch.cuda.Event.elapsed_time = lambda a, b: 1.0",
+    "class A:\n    def m(self):\n        self.x = 1", "class A:\n    def __init__(self):\n        self.a.b = 1",
+    "class A:\n    def m(self):\n        del self.x",
+])
+def test_assignments_to_attributes_are_refused(snippet: str) -> None:
+    rejected(snippet, "assignment to")
+
+
+def test_own_assignments_pass() -> None:
+    clean("""
+        _FNS = {}
+        _FNS[1] = f
+        _FNS[1][2] = f
+        def run(out, i):
+            out[i] = 0
+            out.view(-1)[i] = 0
+        class A:
+            def __init__(self):
+                self.cache = {}
+                self.n: int = 0
+                self.n += 1
+            def m(self, k):
+                self.cache[k] = k
+                del self.cache[k]
+        """)
+
+
+@pytest.mark.parametrize("snippet", [
+    "self = torch.cuda", "def helper(self):\n    return self", "import math as self",
+    "class A:\n    def m(x, self):\n        pass",
+])
+def test_self_is_only_a_methods_first_parameter(snippet: str) -> None:
+    rejected(snippet, "self")
+
+
+# ------------------------------------------------------------------------------------------------ triton, indirectly
+@pytest.mark.parametrize("snippet", [
+    "import triton", "from torch.utils import _triton", "t = torch.utils._triton.has_triton()",
+    "from torch._inductor import runtime", "m = __import__('tri' + 'ton')", "import importlib",
+    "m = torch.nn.functional.importlib.import_module('triton')", "k = torch._inductor.runtime.triton_heuristics",
+])
+def test_triton_reached_indirectly_is_refused(snippet: str) -> None:
+    rejected(snippet, "forbidden")
+
+
+# ------------------------------------------------------------------------------------------------ classes
+@pytest.mark.parametrize("snippet, needle", [
+    ("class T(torch.Tensor):\n    pass", "plain tensors"),
+    ("from torch import Tensor\nclass T(Tensor):\n    pass", "plain tensors"),
+    ("B = torch.Tensor\nclass T(B):\n    pass", "forbidden base class B"),
+    ("class M(torch.overrides.TorchFunctionMode):\n    pass", "modes"),
+    ("class F(torch.autograd.Function):\n    pass", "forbidden base class"),
+    ("class A(object):\n    pass\nA = torch.Tensor\nclass B(A):\n    pass", "forbidden base class A"),
+    ("object = torch.Tensor\nclass B(object):\n    pass", "forbidden base class object"),
+    ("class A(metaclass=f):\n    pass", "class keyword metaclass"),
+    ("class A(f()):\n    pass", "forbidden base class"),
+])
+def test_class_bases_are_allowlisted(snippet: str, needle: str) -> None:
+    rejected(snippet, needle)
+
+
+def test_allowed_class_bases_pass() -> None:
+    clean("""
+        import enum
+        import typing
+        from torch import nn
+        from dataclasses import dataclass
+        class K(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+        class L(nn.Module):
+            pass
+        class E(enum.IntEnum):
+            A = 1
+        class P(typing.NamedTuple):
+            a: int
+        class C:
+            pass
+        class D(C, Exception):
+            pass
+        @dataclass
+        class Cfg:
+            bm: int = 64
+            def __post_init__(self):
+                self.bn = self.bm * 2
+            def __call__(self):
+                return self.bn
+        """)

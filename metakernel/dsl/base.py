@@ -20,6 +20,11 @@ class LaunchGate:
       - "suppress": count it but do NOT launch (ablation: outputs must then be wrong).
       - "intercept": count it and do NOT launch (dry run on a CPU machine, after compilation succeeded).
     `kernel_names` collects the device-function names of launched kernels, for profiler attribution.
+    `audit`: copy every launch's tensor arguments before it runs (token kernels are handed the answer).
+    `randomize`: the dependency ablation. Before each launch its tensor arguments are overwritten with random
+    values (floats) or shuffled (integers, so indices stay in range); after it, the arguments that are problem
+    inputs (they lie in `input_arena`, the parent's input buffer) get their values back, so eager code after the
+    launch sees the true inputs. If the outputs are still right, the values the DSL computed did not matter.
     """
 
     mode: str = "run"
@@ -28,6 +33,10 @@ class LaunchGate:
     kernel_names: set[str] = field(default_factory=set)
     audit: bool = False
     audited: list[Any] = field(default_factory=list)
+    randomize: bool = False
+    randomized: int = 0
+    input_arena: tuple[int, int] | None = None
+    _restore: list[Any] = field(default_factory=list)
 
     def should_launch(self, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> bool:
         """Record one launch; True when the hook must really launch it.
@@ -38,20 +47,62 @@ class LaunchGate:
         self.launches += 1
         if self.audit:
             self.audited.append(_tensor_snapshot(args, kwargs or {}))
+        if self.randomize and self.mode == "run":
+            self._perturb(args, kwargs or {})
         if self.mode == "run":
             return True
         self.suppressed += 1
         return False
+
+    def after_launch(self) -> None:
+        """Called by the hooks once a launch returned: give problem inputs their values back (randomize only)."""
+        if not self._restore:
+            return
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()  # the launch may be on any stream: let it finish reading first
+        for view, saved in self._restore:
+            view.copy_(saved)
+        self._restore = []
+
+    def _perturb(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        for tensor in _tensors(args, kwargs):
+            if tensor.numel() == 0:
+                continue
+            if self._in_arena(tensor):
+                self._restore.append((tensor, tensor.clone()))
+            if tensor.is_floating_point():
+                tensor.copy_(torch.randn(tensor.shape, device=tensor.device).to(tensor.dtype))
+            elif tensor.dtype != torch.bool and tensor.numel() > 1:
+                flat = tensor.reshape(-1)
+                perm = torch.randperm(flat.numel(), device=tensor.device)
+                tensor.copy_(flat[perm].reshape(tensor.shape))
+            else:
+                continue
+            self.randomized += 1
+
+    def _in_arena(self, tensor: Any) -> bool:
+        if self.input_arena is None:
+            return False
+        start, size = self.input_arena
+        return start <= tensor.data_ptr() < start + size
 
     def reset(self) -> None:
         """Forget counts (kernel names are kept: they describe compiled kernels, not calls)."""
         self.launches = 0
         self.suppressed = 0
         self.audited = []
+        self.randomized = 0
+        self._restore = []
 
 
-def _tensor_snapshot(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
-    """Copies of the torch tensors among a launch's arguments (DLPack-capable objects converted first)."""
+def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+    """The torch tensors among a launch's arguments, DLPack-capable objects converted (sharing memory)."""
     import torch
 
     out = []
@@ -63,8 +114,13 @@ def _tensor_snapshot(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]
             except Exception:  # noqa: BLE001 - not every DLPack object is convertible; skip it
                 tensor = None
         if tensor is not None:
-            out.append(tensor.detach().clone())
+            out.append(tensor)
     return out
+
+
+def _tensor_snapshot(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+    """Copies of the torch tensors among a launch's arguments."""
+    return [t.detach().clone() for t in _tensors(args, kwargs)]
 
 
 @runtime_checkable

@@ -124,6 +124,7 @@ def _gated(original: Callable[..., Any], skipped: Any, validate: Callable[..., N
             return original(self, *args, **kwargs)
         finally:
             _TLS.depth = depth
+            gate.after_launch()
 
     setattr(gated, _MARK, original)
     return gated

@@ -179,7 +179,10 @@ class GatedFunction:
             return self._func(*args)
         gate.kernel_names.update(kernel_names_of(self._module))
         if gate.should_launch(args):
-            return self._func(*args)
+            try:
+                return self._func(*args)
+            finally:
+                gate.after_launch()
         if gate.mode == "intercept":
             _device_compile_check(self._module)
         return None

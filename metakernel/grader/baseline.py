@@ -1,7 +1,10 @@
 """Baselines: the problem's eager `reference` (primary) and torch.compile of it (secondary).
 
-Each is timed by the candidate's procedure in a clean child process and cached on disk per (problem content hash,
-GPU, torch version, scale, L2 flush), so a baseline is measured once per machine, not once per submission.
+Each is timed by the candidate's procedure in a clean child process of the grader's own (the same sandbox) and
+cached on disk per (problem content hash, GPU, torch version, scale, timing settings), so a baseline is measured
+once per machine, not once per submission. Candidates never see the cache: their filesystem view does not hold
+it. Every entry is still verified before use — owned by this user, writable by nobody else, its key and checksum
+matching — and an entry that fails is measured again, never trusted.
 """
 
 from __future__ import annotations
@@ -31,17 +34,42 @@ def cache_dir() -> Path:
 
 def _key(problem: Problem, device: str, scale: str, kind: str, setting: str) -> str:
     gpu = torch.cuda.get_device_name(0) if device == "cuda" and torch.cuda.is_available() else "cpu"
-    # "gpu-only-adaptive": older entries lack the eager GPU kernel time or profiled a fixed 6 draws; measure again
+    # "protocol-2": measured by the sandboxed child over the arena transport
     raw = json.dumps([problem.content_hash, problem.version, gpu, torch.__version__, device, scale, kind, setting,
-                      "gpu-only-adaptive"])
+                      "gpu-only-adaptive", "protocol-2"])
     return hashlib.sha256(raw.encode()).hexdigest()[:24]
 
 
-def _gpu_kernel_us(worker: Worker, problem: Problem, device: str, scale: str, options: Any) -> float | None:
-    """The baseline's GPU kernel time per call, profiled over fresh draws like a candidate's; None if unknown."""
-    reply = profile_kernels(worker, problem, device, scale, options)
-    total = sum(us for _, us in reply.get("kernels", [])) if reply.get("ok") else 0.0
-    return total or None
+def _checksum(key: str, timing: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps([key, timing], sort_keys=True).encode()).hexdigest()
+
+
+def read_entry(path: Path, key: str) -> Timing | None:
+    """A cached baseline, or None when it is missing or cannot be trusted (owner, mode, key, checksum)."""
+    try:
+        st = path.stat()
+        folder = path.parent.stat()
+    except OSError:
+        return None
+    uid = os.geteuid()
+    if st.st_uid != uid or folder.st_uid != uid or st.st_mode & 0o022 or folder.st_mode & 0o022:
+        return None
+    try:
+        entry = json.loads(path.read_text())
+        if entry.get("key") != key or entry.get("checksum") != _checksum(key, entry["timing"]):
+            return None
+        return Timing(**entry["timing"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _write_entry(path: Path, key: str, problem: Problem, kind: str, timing: Timing) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(path.parent, 0o700)
+    body = asdict(timing)
+    write_json_atomic(path, {"problem": problem.identity, "kind": kind, "key": key, "timing": body,
+                             "checksum": _checksum(key, body)}, indent=None)
+    os.chmod(path, 0o600)
 
 
 def eager_timing(problem: Problem, device: str, scale: str, *, kind: str, options: Any,
@@ -52,34 +80,48 @@ def eager_timing(problem: Problem, device: str, scale: str, *, kind: str, option
         setting += f"-gate{options.host_gate}-{options.min_timing_s}-{options.host_gate_wait_s}-{options.host_fast_us}"
     key = _key(problem, device, scale, kind, setting)
     path = cache_dir() / "baselines" / f"{problem.nn}-{kind}-{key}.json"
-    if use_cache and path.is_file():
-        return Timing(**json.loads(path.read_text())["timing"])
-    worker = Worker(kind=kind, path=problem.path, device=device, start_timeout=options.start_timeout_s)
+    if use_cache:
+        cached = read_entry(path, key)
+        if cached is not None:
+            return cached
+    from metakernel.grader.evaluate import exchange_sizes
+    from metakernel.grader.timing import PROFILE_CHUNK
+
+    sizes = exchange_sizes(problem, device, scale, PROFILE_CHUNK)
+    worker = Worker(kind=kind, path=problem.path, device=device, start_timeout=options.start_timeout_s,
+                    in_bytes=sizes.in_bytes, out_bytes=sizes.out_bytes, slots=sizes.slots,
+                    require_isolation=getattr(options, "require_isolation", None))
     try:
         worker.start()
 
         def call(i: int) -> dict[str, Any]:
-            inputs = fresh_draw(problem, device, scale)
-            sent = fresh_copies(problem, inputs)
-            if device == "cuda":
-                torch.cuda.synchronize()
+            _, specs, blobs = worker.place([fresh_copies(problem, fresh_draw(problem, device, scale))])
             t0 = time.perf_counter()
-            reply = worker.request({"op": "time", "inputs": sent, "return_outputs": False,
-                                    **bracket_settings(options)}, timeout=options.call_timeout_s)
+            reply = worker.request({"op": "call", "inputs": specs[0], **bracket_settings(options)},
+                                   timeout=options.call_timeout_s, blobs=blobs)
             if not reply.get("ok"):
                 raise WorkerFailure(reply.get("status", "runtime_error"), reply.get("error", ""))
             reply["wall_s"] = time.perf_counter() - t0
             return reply
 
+        def send(count: int) -> dict[str, Any]:
+            _, specs, blobs = worker.place([fresh_copies(problem, fresh_draw(problem, device, scale))
+                                            for _ in range(count)])
+            reply = worker.request({"op": "profile", "draws": specs}, timeout=options.call_timeout_s, blobs=blobs)
+            if not reply.get("ok"):
+                raise WorkerFailure(reply.get("status", "runtime_error"), reply.get("error", ""))
+            return reply
+
         timing, _ = measure(call, **knobs(options))
         if device == "cuda" and options.profile:
             try:
-                timing.gpu_only_us = _gpu_kernel_us(worker, problem, device, scale, options)
+                reply = profile_kernels(send, options)
+                timing.gpu_only_us = sum(us for _, us in reply.get("kernels", [])) or None
             except WorkerFailure:
                 pass  # the eager timing stands; only its GPU-only time stays unknown
     except WorkerFailure:
         return None
     finally:
         worker.close()
-    write_json_atomic(path, {"problem": problem.identity, "kind": kind, "timing": asdict(timing)}, indent=None)
+    _write_entry(path, key, problem, kind, timing)
     return timing

@@ -1,12 +1,21 @@
-"""The candidate's process: imports the DSL and the kernel file, then runs `solve` on request.
+"""The candidate's process: enters the sandbox, imports the DSL and the kernel file, then runs `solve` on request.
 
-Started by `metakernel.grader.worker.Worker` as a fresh interpreter (never forked from a process with CUDA state)
-with a scrubbed environment. It never sees seeds, the reference or expected outputs: the parent sends inputs and
-receives outputs over a Unix socket; torch's multiprocessing reductions move tensors by CUDA IPC (GPU) or shared
-memory (CPU), so mutated inputs are visible to the parent in place. Timers and sync functions are captured before
-the candidate is imported, so a candidate that patches `torch.cuda.Event.elapsed_time` does not fool us.
+Started by `metakernel.grader.worker.Worker` as a fresh interpreter (never forked from a process with CUDA state).
+The order matters, because whatever runs after the candidate's import can be reached by the candidate:
 
-Run as `python -m metakernel.grader.child` with a JSON config on stdin.
+1. `sandbox.enter` (own uid, mount and network namespaces, private root) before torch is even imported;
+2. torch, CUDA and the two IPC arenas (`transport`); the DSL with its launch hooks;
+3. every callable the harness needs later is bound now, C-level where torch offers it (the clock, the device-wide
+   sync, tensor copy and view methods, the profiler's enable/disable, the torch-mode probes), so patching a
+   Python name later changes nothing the harness uses;
+4. an audit hook (PEP 578; it cannot be removed) that refuses process creation, sockets, frame and gc
+   introspection from the candidate's code, forbidden imports, libraries loaded from writable folders and writes
+   outside the work dir — a tripwire in front of the OS walls, recorded as `rule_violation/sandbox`;
+5. the candidate's file.
+
+Every call is handled the same way (poisoned allocator, the same bracket, outputs copied to the output arena);
+the parent alone decides, after a reply, which draws it compares. Replies are JSON: a reply cannot run code in
+the parent. Run as `python -m metakernel.grader.child` with a JSON config on stdin.
 """
 
 from __future__ import annotations
@@ -18,40 +27,396 @@ import os
 import sys
 import time
 import traceback
-from pathlib import Path
+from multiprocessing.connection import Connection
 from typing import Any
 
-_perf = time.perf_counter  # captured before any candidate code exists
+from metakernel.grader import transport
+from metakernel.grader.sandbox import Isolation, Plan, SandboxError, enter
+
+_perf = time.perf_counter  # a builtin: bound before any candidate code exists
+_type = type
+_gc_disable, _gc_enable, _gc_collect = gc.disable, gc.enable, gc.collect
+
+#: Imports refused at run time, whoever asks (other kernel languages and compilers).
+FORBIDDEN_RUNTIME_IMPORTS = ("triton", "numba", "cupy", "pycuda", "torch._inductor", "torch.utils.cpp_extension",
+                             "torch._higher_order_ops.triton_kernel_wrap", "cuda.bindings.nvrtc", "cuda.cuda",
+                             "cuda.nvrtc", "cuda.core")
+#: Events refused whoever raises them once the candidate is imported.
+ALWAYS_REFUSED = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
+                  "os.forkpty", "pty.spawn", "socket.__new__", "socket.connect", "socket.bind", "socket.getaddrinfo",
+                  "sys._current_frames", "sys._current_exceptions", "sys.settrace", "sys.setprofile",
+                  "sys.addaudithook", "sys.monitoring.register_callback", "gc.get_objects", "gc.get_referrers",
+                  "gc.get_referents", "os.kill", "signal.pthread_kill", "cpython._PySys_ClearAuditHooks")
+#: Events refused when the candidate's own code raises them (the DSLs use frames and introspection themselves).
+CANDIDATE_REFUSED = ("sys._getframe", "sys._getframemodulename", "object.__getattr__", "object.__setattr__",
+                     "object.__delattr__", "function.__new__", "code.__new__", "exec", "compile",
+                     "_thread.start_new_thread", "ctypes.string_at", "ctypes.cdata", "ctypes.addressof",
+                     "ctypes.dlsym", "mmap.__new__")
 
 
-def _limit_resources() -> dict[str, Any]:
-    applied: dict[str, Any] = {}
-    try:
-        import resource
+class _Fail(Exception):
+    def __init__(self, status: str, text: str, reason: str = "") -> None:
+        super().__init__(text)
+        self.status, self.text, self.reason = status, text, reason
 
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        applied["core"] = 0
-    except (ImportError, ValueError, OSError):
-        pass
-    unshare = getattr(os, "unshare", None)
-    if unshare is not None and hasattr(os, "CLONE_NEWNET"):
+
+class Guard:
+    """The audit hook's state and policy (one per process; the hook itself cannot be removed)."""
+
+    def __init__(self, candidate: str, work: str) -> None:
+        self.candidate = os.path.realpath(candidate)
+        self.writable = tuple(os.path.realpath(p).rstrip("/") + "/" for p in (work, "/tmp", "/dev/shm"))
+        self.violations: list[str] = []
+        self.armed = False
+        self._busy = False
+        self._getframe = sys._getframe
+
+    def _from_candidate(self) -> bool:
         try:
-            unshare(os.CLONE_NEWNET)  # no network: a fresh, empty network namespace
-            applied["network"] = "isolated"
-        except OSError as exc:
-            applied["network"] = f"not isolated ({exc.strerror})"
-    else:
-        applied["network"] = "not isolated (no os.unshare)"
-    return applied
+            frame: Any = self._getframe(3)  # _from_candidate <- _check <- hook <- caller
+        except ValueError:
+            return False
+        return bool(frame is not None and os.path.realpath(frame.f_code.co_filename) == self.candidate)
+
+    def refuse(self, what: str) -> None:
+        """Record and raise: a caught refusal still ends the grading as a rule violation."""
+        self.violations.append(what)
+        raise PermissionError(f"the grader's sandbox refused {what}")
+
+    def __call__(self, event: str, args: tuple[Any, ...]) -> None:
+        if not self.armed or self._busy:
+            return
+        self._busy = True
+        try:
+            self._check(event, args)
+        finally:
+            self._busy = False
+
+    def _check(self, event: str, args: tuple[Any, ...]) -> None:
+        if event in ALWAYS_REFUSED or event.startswith(("os.exec", "os.spawn", "os.posix_spawn")):
+            self.refuse(event)
+        if event == "import":
+            name = str(args[0])
+            if any(name == m or name.startswith(m + ".") for m in FORBIDDEN_RUNTIME_IMPORTS):
+                self.refuse(f"import {name}")
+            return
+        if event == "open":
+            path, mode = args[0], args[1]
+            if isinstance(path, (str, bytes)) and isinstance(mode, str) and any(c in mode for c in "wax+"):
+                real = os.path.realpath(os.fsdecode(path))
+                if not real.startswith(self.writable):
+                    self.refuse(f"writing {real}")
+            return
+        if event == "ctypes.dlopen":
+            name = args[0]
+            if isinstance(name, (str, bytes)) and os.sep in os.fsdecode(name):
+                real = os.path.realpath(os.fsdecode(name))
+                if real.startswith(self.writable):
+                    self.refuse(f"loading the library {real}")
+            return
+        if event in CANDIDATE_REFUSED and self._from_candidate():
+            self.refuse(event + (f" {args[1]}" if event.startswith("object.") and len(args) > 1 else ""))
+
+
+class Bound:
+    """What the harness calls after the candidate's import, bound before it (C-level where torch has one)."""
+
+    def __init__(self, torch: Any, device: str) -> None:
+        base = torch._C.TensorBase
+        self.Tensor = torch.Tensor
+        self.copy_ = base.copy_
+        self.view = base.view
+        self.fill_ = base.fill_
+        self.numel = base.numel
+        self.element_size = base.element_size
+        self.contiguous = base.contiguous
+        self.reshape = base.reshape
+        self.data_ptr = base.data_ptr
+        self.clone = base.clone
+        self.is_floating_point = base.is_floating_point
+        self.empty = torch._C._VariableFunctions.empty
+        self.randn = torch._C._VariableFunctions.randn
+        self.randperm = torch._C._VariableFunctions.randperm
+        self.uint8 = torch.uint8
+        self.no_grad = torch.no_grad
+        self.function_mode = torch._C._is_torch_function_mode_enabled
+        self.dispatch_depth = torch._C._len_torch_dispatch_stack
+        self.disable_tf = torch._C.DisableTorchFunction
+        self.sync = torch._C._cuda_synchronize if device == "cuda" else (lambda: None)
+        from torch.autograd import profiler as p
+
+        self.prof = (p._prepare_profiler, p._enable_profiler, p._disable_profiler, p.ProfilerConfig,
+                     p.ProfilerState, p.ProfilerActivity, p._ExperimentalConfig)
+
+    def modes_active(self) -> bool:
+        """A torch function or dispatch mode left on by the candidate would run its code inside ours."""
+        return bool(self.function_mode()) or self.dispatch_depth() > 0
+
+
+class Child:
+    """The request loop."""
+
+    def __init__(self, config: dict[str, Any], conn: Connection, isolation: Isolation) -> None:
+        self.config, self.conn, self.iso = config, conn, isolation
+        self.device = config["device"]
+        self.adapter: Any = None
+        self.gate: Any = None
+        self.solve: Any = None
+        self.guard: Guard | None = None
+        self.arena_in: Any = None
+        self.arena_out: Any = None
+        self._spin_buf: Any = None
+        self._pinned = False
+
+    # -------------------------------------------------------------------------------------------- set-up
+    def setup(self) -> dict[str, Any]:
+        """torch, CUDA, arenas, the DSL and its hooks, the bound callables, the audit hook, then the kernel."""
+        import torch
+
+        self.torch = torch
+        if self.device == "cuda":
+            torch.cuda.init()
+            torch.empty(1, device="cuda")
+            driver = transport.Driver()
+            for key in ("in", "out"):
+                spec = self.config["arenas"][key]
+                base = driver.open(spec["handle"]) + int(spec["offset"])
+                setattr(self, f"arena_{key}", transport.wrap_device_bytes(base, int(spec["nbytes"])))
+        kind = self.config["kind"]
+        info: dict[str, Any] = {}
+        if kind == "candidate":
+            from metakernel.dsl import LaunchGate, get_adapter
+
+            self.adapter = get_adapter(self.config["dsl"])
+            self.gate = LaunchGate(mode="intercept" if self.config.get("dry_run") else "run")
+            self.gate.input_arena = (self.arena_in.data_ptr(), self.arena_in.numel()) if self.arena_in is not None \
+                else None
+            started = _perf()
+            self.adapter.import_dsl()
+            self.adapter.install_hooks(self.gate)
+            info["dsl_import_s"] = _perf() - started
+        self.b = Bound(torch, self.device)
+        path = self.config["path"]
+        if kind == "candidate":
+            self.guard = Guard(path, self.config["plan"]["work"])
+            sys.addaudithook(self.guard)
+            self.guard.armed = True
+            self.iso.audit_hook = True
+            started = _perf()
+            try:
+                module = _import_file(path, "candidate_kernel")
+            finally:
+                info["import_s"] = _perf() - started
+            solve = getattr(module, "solve", None)
+            if not callable(solve):
+                raise _Fail("compile_error", f"{os.path.basename(path)} defines no callable solve(*inputs)")
+            self.solve = solve
+        else:
+            module = _import_file(path, "baseline_problem")
+            self.solve = torch.compile(module.reference) if kind == "compile" else module.reference
+        _gc_disable()  # collections run only where nothing can profit from them (after each call)
+        return info
+
+    # -------------------------------------------------------------------------------------------- requests
+    def inputs(self, specs: list[Any], blobs: list[bytes]) -> list[Any]:
+        """A draw's inputs: views of the input arena (GPU) or values (CPU)."""
+        return [transport.unpack_value(s, blobs, self.arena_in) for s in specs]
+
+    def poison(self, nbytes: int, pattern: int) -> None:
+        """Fill memory the caching allocator will hand out next, so a never-written output holds garbage."""
+        if nbytes > 0:
+            block = self.b.empty((int(nbytes),), dtype=self.b.uint8, device=self.device)
+            self.b.fill_(block, pattern)
+            del block
+
+    def spin(self, seconds: float) -> None:
+        """Keep the GPU and this CPU busy right before a call (idle clocks drop; timing.measure says why)."""
+        torch = self.torch
+        if self._spin_buf is None:
+            self._spin_buf = torch.ones(4 * 1024 * 1024, dtype=torch.float32, device="cuda")
+        until = _perf() + seconds
+        while _perf() < until:
+            for _ in range(8):
+                self._spin_buf.mul_(1.0)
+        self.b.sync()
+
+    def _check_clean(self) -> None:
+        if self.b.modes_active():
+            raise _Fail("rule_violation", "a torch function or dispatch mode is active outside solve: the "
+                        "harness's own tensor operations would run candidate code", "sandbox")
+        if self.guard is not None and self.guard.violations:
+            raise _Fail("rule_violation", f"the sandbox refused: {self.guard.violations[0]} (kernels may not "
+                        "create processes, open sockets, inspect frames or the garbage collector, load "
+                        "libraries or write files)", "sandbox")
+
+    def _bracket(self, inputs: list[Any]) -> tuple[Any, float]:
+        """sync → clock → solve → device-wide sync → clock, with the garbage collector off."""
+        b = self.b
+        b.sync()
+        t0 = _perf()
+        with b.no_grad():
+            out = self.solve(*inputs)
+        b.sync()
+        return out, _perf() - t0
+
+    def _set_mode(self, mode: str) -> None:
+        if self.gate is not None:
+            self.gate.mode = mode if mode != "run" or not self.config.get("dry_run") else "intercept"
+            self.gate.reset()
+
+    def call(self, msg: dict[str, Any], blobs: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
+        """One call of solve, the same for every request: poison, (spin), probe, bracket, probe, copy outputs."""
+        self._check_clean()
+        mode = msg.get("mode", "run")
+        self._set_mode("run" if mode in ("audit", "randomize") else mode)
+        if self.gate is not None:
+            self.gate.audit = mode == "audit"
+            self.gate.randomize = mode == "randomize"
+        inputs = self.inputs(msg["inputs"], blobs)
+        self.poison(int(msg.get("poison", 0)), int(msg.get("pattern", 0xFF)))
+        if self.device == "cuda":
+            if msg.get("flush_l2"):
+                scratch = self.b.empty((256 * 1024 * 1024,), dtype=self.b.uint8, device="cuda")
+                self.b.fill_(scratch, 1)
+                del scratch
+            if not self._pinned:
+                self._pinned = True
+                _pin_near_gpu(self.torch)
+            if msg.get("spin_ms"):
+                self.spin(float(msg["spin_ms"]) / 1e3)
+        probe_before = host_probe()
+        try:
+            out, host_s = self._bracket(inputs)
+        finally:
+            if self.gate is not None:
+                self.gate.audit = self.gate.randomize = False
+        probe_after = host_probe()
+        reply: dict[str, Any] = {"ok": True, "host_s": host_s, "event_s": host_s,
+                                 "launches": self.gate.launches if self.gate else None,
+                                 "probe_s": max(probe_before, probe_after), "probe_before_s": probe_before,
+                                 "probe_after_s": probe_after}
+        out_blobs: list[bytes] = []
+        reply["out"] = self.export_outputs(out, 0, out_blobs)
+        if self.device == "cpu":
+            reply["inputs_after"] = [transport.pack_value(x, out_blobs) for x in inputs]
+        if self.gate is not None and mode == "audit":
+            reply["audited"] = [[transport.pack_value(t.cpu(), out_blobs) for t in launch]
+                                for launch in self.gate.audited]
+            reply["randomized"] = self.gate.randomized
+        if self.gate is not None and mode == "randomize":
+            reply["randomized"] = self.gate.randomized
+        del out, inputs
+        self._check_clean()
+        _gc_collect()
+        return reply, out_blobs
+
+    def export_outputs(self, out: Any, slot: int, blobs: list[bytes]) -> Any:
+        """Check the returned structure (exact types only) and copy its tensors into output slot `slot`."""
+        if self.b.modes_active():
+            raise _Fail("rule_violation", "solve left a torch function or dispatch mode active", "sandbox")
+        leaves: list[Any] = []
+
+        def walk(node: Any, depth: int = 0) -> Any:
+            kind = _type(node)
+            if kind is self.b.Tensor:
+                leaves.append(node)
+                return {"leaf": len(leaves) - 1}
+            if isinstance(node, self.b.Tensor):
+                raise _Fail("rule_violation", f"solve returned a {kind.__name__}, a subclass of torch.Tensor: "
+                            "outputs must be plain torch.Tensor objects", "output_type")
+            if kind in (tuple, list) and depth < 8:
+                return {"seq": kind.__name__, "items": [walk(v, depth + 1) for v in node]}
+            if node is None or kind in (bool, int, float):
+                return {"v": node}
+            raise _Fail("rule_violation", f"solve returned a {kind.__name__}: outputs must be tensors, or tuples "
+                        "and lists of them", "output_type")
+
+        with self.b.disable_tf():
+            tree = walk(out)
+            at = int(self.config.get("slot_bytes", 0)) * slot
+            limit = at + int(self.config.get("slot_bytes", 0))
+            specs = []
+            for index, leaf in enumerate(leaves):
+                spec, at = self._export_leaf(leaf, index, at, limit, blobs)
+                specs.append(spec)
+        return {"tree": tree, "leaves": specs}
+
+    def _export_leaf(self, t: Any, index: int, at: int, limit: int, blobs: list[bytes]) -> tuple[Any, int]:
+        """One returned tensor: by value on a CPU machine, else copied into the output arena at `at`."""
+        b = self.b
+        if self.device == "cpu":
+            return transport.pack_value(b.clone(t), blobs), at
+        if not t.is_cuda:
+            raise _Fail("rule_violation", f"output {index} is on {t.device.type}, not on the GPU", "output_type")
+        nbytes = b.numel(t) * b.element_size(t)
+        start = transport.aligned(at)
+        if start + nbytes > min(limit, self.arena_out.numel()):
+            raise _Fail("wrong", "the outputs are larger than the reference's", "structure")
+        if nbytes:
+            dst = b.view(self.arena_out[start:start + nbytes], t.dtype)
+            b.copy_(b.reshape(dst, t.shape), t)
+        spec = {"at": start, "dtype": transport.dtype_name(t.dtype), "shape": list(t.shape),
+                "stride": _contiguous_strides(list(t.shape)), "nbytes": nbytes}
+        return spec, start + nbytes
+
+    def profile(self, msg: dict[str, Any], blobs: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
+        """Kernel names and device times over a few fresh draws (one call each), plus each draw's outputs."""
+        self._check_clean()
+        self._set_mode("run")
+        prepare, enable, disable, config_cls, state, activity, experimental = self.b.prof
+        acts = {activity.CPU} | ({activity.CUDA} if self.device == "cuda" else set())
+        cfg = config_cls(state.KINETO, False, False, False, False, False, experimental(), "")
+        draws = [self.inputs(d, blobs) for d in msg["draws"]]
+        outs: list[Any] = []
+        out_blobs: list[bytes] = []
+        prepare(cfg, acts)
+        enable(cfg, acts)
+        try:
+            for slot, inputs in enumerate(draws):
+                self.poison(int(msg.get("poison", 0)), int(msg.get("pattern", 0xFF)))
+                out, _ = self._bracket(inputs)
+                outs.append(self.export_outputs(out, slot, out_blobs))
+                del out
+        finally:
+            result = disable()
+        kernels: list[tuple[str, float]] = []
+        for evt in result.events():
+            if str(evt.device_type()).endswith("CUDA") and evt.duration_ns():
+                kernels.append((str(evt.name()), evt.duration_ns() / 1e3 / len(draws)))
+        reply = {"ok": True, "kernels": kernels, "repeats": len(draws), "outs": outs,
+                 "kernel_names": sorted(self.gate.kernel_names) if self.gate else [],
+                 "launches": self.gate.launches / len(draws) if self.gate else None}
+        del draws
+        self._check_clean()
+        _gc_collect()
+        return reply, out_blobs
+
+    def handle(self, msg: dict[str, Any], blobs: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
+        """Dispatch one request."""
+        op = msg.get("op")
+        if op in ("call", "time"):
+            return self.call(msg, blobs)
+        if op == "profile":
+            return self.profile(msg, blobs)
+        raise _Fail("infra_error", f"unknown request {op!r}")
+
+
+def _contiguous_strides(shape: list[int]) -> list[int]:
+    strides, acc = [], 1
+    for size in reversed(shape):
+        strides.append(acc)
+        acc *= max(size, 1)
+    return list(reversed(strides))
 
 
 def _pin_near_gpu(torch: Any) -> None:
     """Pin this process to two fixed cores on the GPU's NUMA node before the first timed call.
 
-    End-to-end times of small kernels are mostly host time (Python, launch, sync); the same kernel graded twice
-    differed by up to 35 % between processes even with the GPU kept busy, which is what a different core (or socket)
-    per process does to launch and sync latency. The same two GPU-local cores every time remove that lottery.
+    End-to-end times of small kernels are mostly host time; the same two GPU-local cores every time remove the
+    lottery of a different core (or socket) per process.
     """
+    from pathlib import Path
+
     try:
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
         bus = f"{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
@@ -65,276 +430,16 @@ def _pin_near_gpu(torch: Any) -> None:
     except (OSError, ValueError, AttributeError, RuntimeError):
         usable = sorted(os.sched_getaffinity(0))
     if len(usable) > 2:
-        os.sched_setaffinity(0, usable[-2:])  # the last two: away from core 0's interrupts and housekeeping
-
-
-class Child:
-    """The request loop."""
-
-    def __init__(self, config: dict[str, Any]) -> None:
-        self.config = config
-        self.device = config["device"]
-        self.keep: Any = None  # last outputs, kept alive until the parent has copied them (CUDA IPC)
-        self.adapter: Any = None
-        self.gate: Any = None
-        self.solve: Any = None
-        self._spin_buf: Any = None
-        self._pinned = False
-
-    # -------------------------------------------------------------------------------------------- set-up
-    def setup(self) -> dict[str, Any]:
-        """Import torch, then the DSL with its launch hooks, then the kernel file (or the reference)."""
-        import torch
-        import torch.multiprocessing as tmp
-
-        tmp.set_sharing_strategy("file_system")
-        self.torch = torch
-        if self.device == "cuda":
-            torch.cuda.init()
-            self._sync = torch.cuda.synchronize
-            self._event = torch.cuda.Event
-            self._record = torch.cuda.Event.record
-            self._elapsed = torch.cuda.Event.elapsed_time
-        kind = self.config["kind"]
-        if kind == "candidate":
-            from metakernel.dsl import LaunchGate, get_adapter
-
-            self.adapter = get_adapter(self.config["dsl"])
-            self.gate = LaunchGate(mode="intercept" if self.config.get("dry_run") else "run")
-            started = _perf()
-            self.adapter.import_dsl()
-            self.adapter.install_hooks(self.gate)
-            dsl_import_s = _perf() - started
-            started = _perf()
-            module = _import_file(self.config["path"], "candidate_kernel")
-            solve = getattr(module, "solve", None)
-            if not callable(solve):
-                raise _Fail("compile_error", "kernel.py defines no callable solve(*inputs)")
-            self.solve = solve
-            return {"dsl_import_s": dsl_import_s, "import_s": _perf() - started}
-        module = _import_file(self.config["path"], "baseline_problem")
-        self.solve = module.reference
-        if kind == "compile":
-            self.solve = torch.compile(module.reference)
-        return {}
-
-    # -------------------------------------------------------------------------------------------- requests
-    def poison(self, nbytes: int, pattern: int) -> None:
-        """Fill memory the caching allocator will hand out next, so a never-written output holds garbage."""
-        if nbytes <= 0:
-            return
-        torch = self.torch
-        block = torch.empty(int(nbytes), dtype=torch.uint8, device=self.device)
-        block.fill_(pattern)
-        del block
-
-    def spin(self, seconds: float) -> None:
-        """Keep the GPU and this CPU busy for `seconds` right before a timed call.
-
-        Between timed calls the parent draws fresh inputs and ships them over IPC; in that gap an H200 drops to idle
-        clocks (345 MHz measured) and the next short call is timed while clocks ramp up again, which made the
-        same kernel's median differ by up to 28 % between two gradings. Back-to-back small kernels launched from a
-        host loop hold both the GPU and the launching core at speed; the work is synchronised before the timed
-        bracket starts, so none of it is counted.
-        """
-        torch = self.torch
-        if self._spin_buf is None:
-            self._spin_buf = torch.ones(4 * 1024 * 1024, dtype=torch.float32, device="cuda")
-        buf = self._spin_buf
-        until = _perf() + seconds
-        while _perf() < until:
-            for _ in range(8):
-                buf.mul_(1.0)
-        self._sync()
-
-    def call(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """One bracketed call of solve: sync, start event, solve, full sync, end event.
-
-        `local_inputs`, `warm_first` and `repeat` exist for the timing study (scripts/bench_timing_modes.py) and are
-        never set by grading: time on child-owned copies, after an untimed call, or over N calls divided by N.
-        """
-        torch = self.torch
-        self.keep = None
-        if self.gate is not None:
-            self.gate.mode = msg.get("mode", self.gate.mode if self.config.get("dry_run") else "run")
-            self.gate.reset()
-            self.gate.audit = bool(msg.get("audit"))
-        self.poison(msg.get("poison", 0), msg.get("pattern", 0xFF))
-        timed = msg["op"] == "time"
-        if timed and msg.get("flush_l2") and self.device == "cuda":
-            scratch = torch.empty(256 * 1024 * 1024, dtype=torch.uint8, device="cuda")
-            scratch.fill_(1)
-            del scratch
-        if timed and self.device == "cuda" and not self._pinned:
-            self._pinned = True
-            _pin_near_gpu(torch)
-        if timed and msg.get("spin_ms") and self.device == "cuda":
-            self.spin(float(msg["spin_ms"]) / 1e3)
-        received = msg["inputs"]
-        local = timed and bool(msg.get("local_inputs")) and self.device == "cuda"
-        inputs = _local_copies(torch, received) if local else received
-        repeat = max(1, int(msg.get("repeat", 1))) if timed else 1
-        probe_torch = timed and bool(msg.get("probe_torch"))
-        probe_before = host_probe() if timed else None
-        torch_before = torch_probe(torch) if probe_torch else None
-        if self.device == "cuda":
-            if timed and msg.get("warm_first"):
-                with torch.no_grad():
-                    self.solve(*inputs)
-            self._sync()
-            start, end = self._event(enable_timing=True), self._event(enable_timing=True)
-            self._record(start)
-            gc_was = gc.isenabled()
-            gc.disable()  # a collection inside the bracket would be charged to whichever call it hit
-            host0 = _perf()
-            try:
-                with torch.no_grad():
-                    for _ in range(repeat):
-                        out = self.solve(*inputs)
-                self._sync()
-            finally:
-                if gc_was:
-                    gc.enable()
-            host1 = _perf()
-            self._record(end)
-            end.synchronize()
-            event_s = self._elapsed(start, end) / 1e3 / repeat
-            if local:
-                _copy_back(received, inputs)
-        else:
-            host0 = _perf()
-            with torch.no_grad():
-                out = self.solve(*inputs)
-            host1 = _perf()
-            event_s = host1 - host0
-        reply = {"ok": True, "event_s": event_s, "host_s": (host1 - host0) / repeat,
-                 "launches": self.gate.launches if self.gate else None}
-        if probe_before is not None:  # the host may have turned slow during the bracket: a draw counts as fast
-            probe_after = host_probe()  # only if the host was fast on both sides of it
-            reply.update(probe_s=max(probe_before, probe_after), probe_before_s=probe_before,
-                         probe_after_s=probe_after)
-        if torch_before is not None:
-            reply["probe_torch_s"] = max(torch_before, torch_probe(torch))
-        if self.gate is not None and self.gate.audit:
-            reply["audited"] = self.gate.audited
-            self.gate.audit = False
-        self.keep = (out, reply.get("audited"))
-        if msg.get("return_outputs", True):
-            reply["out"] = _unalias(out, inputs)
-        return reply
-
-    def profile(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """Kernel names and device times per call, averaged over a few fresh draws (DSL time share, GPU-only time).
-
-        Several draws, not one draw repeated: a data-dependent kernel (paged attention over random lengths) does
-        different work per draw, and one draw's GPU time moved 10-15 % between two gradings of the same kernel.
-        """
-        torch = self.torch
-        from torch.profiler import ProfilerActivity, profile
-
-        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device == "cuda" else [])
-        draws = msg.get("draws") or [msg["inputs"]]
-        repeats = int(msg.get("repeats", 1))
-        calls = len(draws) * repeats
-        if self.gate is not None:
-            self.gate.mode = "run"
-            self.gate.reset()
-        with profile(activities=activities) as prof, torch.no_grad():
-            for inputs in draws:
-                for _ in range(repeats):
-                    self.keep = self.solve(*inputs)
-            if self.device == "cuda":
-                self._sync()
-        kernels: list[tuple[str, float]] = []
-        for evt in prof.events():
-            device_type = getattr(evt, "device_type", None)
-            device_us: Any = getattr(evt, "device_time", None) or 0.0
-            if device_type is not None and str(device_type).endswith("CUDA") and device_us:
-                kernels.append((evt.name, float(device_us) / calls))
-        return {"ok": True, "kernels": kernels, "repeats": calls,
-                "kernel_names": sorted(self.gate.kernel_names) if self.gate else [],
-                "launches": self.gate.launches / calls if self.gate else None}
-
-    def handle(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """Dispatch one request."""
-        op = msg["op"]
-        if op in ("call", "time"):
-            return self.call(msg)
-        if op == "profile":
-            return self.profile(msg)
-        raise _Fail("infra_error", f"unknown request {op!r}")
+        os.sched_setaffinity(0, usable[-2:])
 
 
 def host_probe(iterations: int = 1000) -> float:
-    """Seconds this interpreter takes for a fixed loop now: the host's CPU speed just before a timed call.
-
-    The VMs measured alternate between a fast and a ~2x slower CPU state for about a second at a time
-    (validation/cpu-host-speed.json); the parent can count only draws taken in the fast state (timing.measure).
-    """
+    """Seconds this interpreter takes for a fixed loop now: the host's CPU speed just before a timed call."""
     started = _perf()
     total = 0
     for i in range(iterations):
         total += i
     return _perf() - started
-
-
-def torch_probe(torch: Any, calls: int = 20) -> float:
-    """Seconds for a fixed run of tiny CPU torch calls: host speed on the dispatcher path every launch takes.
-
-    For the timing study (`GradeOptions.keep_draws`), beside the pure-Python `host_probe`: on the H200 two gradings
-    with the same Python-probe level still differed by 8 % (validation/h200-grader-bench-gate2.json, 44 CuTe).
-    """
-    a = torch.ones(16)
-    started = _perf()
-    for _ in range(calls):
-        b = torch.empty_like(a)
-        torch.add(a, 1.0, out=b)
-    return _perf() - started
-
-
-def _local_copies(torch: Any, received: list[Any]) -> list[Any]:
-    """Child-owned copies of the received GPU tensors (same strides), made before the timed bracket.
-
-    For the timing study (`scripts/bench_timing_modes.py`): received tensors live in the parent's memory, mapped
-    in by CUDA IPC, while a model's kernel reads tensors its own process allocated. Measured on the H200, timing on
-    the copies changed medians by a few percent either way and not the spread between processes
-    (validation/h200-timing-modes.json), so grading times the received tensors.
-    """
-    return [x.clone() if isinstance(x, torch.Tensor) and x.is_cuda else x for x in received]
-
-
-def _copy_back(received: list[Any], local: list[Any]) -> None:
-    """Write the local copies back into the received tensors, so in-place effects reach the parent's checks."""
-    for theirs, ours in zip(received, local, strict=True):
-        if ours is not theirs:
-            theirs.copy_(ours)
-
-
-def _unalias(out: Any, inputs: list[Any]) -> Any:
-    """Clone returned tensors that share memory with a received input.
-
-    torch cannot send a tensor it received from another process back to it, and the parent compares such an input
-    on its own anyway.
-    """
-    import torch
-
-    received = {x.untyped_storage().data_ptr() for x in inputs if isinstance(x, torch.Tensor)}
-
-    def walk(node: Any) -> Any:
-        if isinstance(node, torch.Tensor):
-            return node.clone() if node.untyped_storage().data_ptr() in received else node
-        if isinstance(node, (tuple, list)):
-            return type(node)(walk(v) for v in node)
-        return node
-
-    return walk(out)
-
-
-class _Fail(Exception):
-    def __init__(self, status: str, text: str) -> None:
-        super().__init__(text)
-        self.status = status
-        self.text = text
 
 
 def _import_file(path: str, name: str) -> Any:
@@ -359,6 +464,10 @@ def _candidate_traceback(exc: BaseException) -> str:
 
 
 def _failure(child: Child, exc: BaseException, status: str) -> dict[str, Any]:
+    if child.guard is not None and child.guard.violations:
+        return {"ok": False, "status": "rule_violation", "reason": "sandbox",
+                "error": f"the sandbox refused: {child.guard.violations[0]} (kernels may not create processes, "
+                         "open sockets, inspect frames or the garbage collector, load libraries or write files)"}
     text = _candidate_traceback(exc)
     if child.adapter is not None:
         try:
@@ -370,44 +479,52 @@ def _failure(child: Child, exc: BaseException, status: str) -> dict[str, Any]:
 
 
 def main() -> None:
-    """Read the config, connect back to the parent, set up, and serve requests until told to exit."""
+    """Read the config, enter the sandbox, set up, and serve requests until told to exit."""
     config = json.loads(sys.stdin.readline())
-    from multiprocessing.connection import Client
-
-    conn = Client(config["address"], family="AF_UNIX", authkey=bytes.fromhex(config["authkey"]))
-    applied = _limit_resources()
-    child = Child(config)
+    conn = Connection(int(config["fd"]))
+    try:
+        isolation = enter(Plan(**config["plan"]))
+    except SandboxError as exc:
+        transport.send(conn, {"ok": False, "status": "infra_error", "reason": "isolation",
+                              "error": f"the grader could not isolate the kernel's process: {exc} (set "
+                                       "METAKERNEL_ALLOW_UNSANDBOXED=1 to grade without isolation)"})
+        return
+    child = Child(config, conn, isolation)
     try:
         info = child.setup()
-        conn.send({"ok": True, "ready": True, "limits": applied, **info})
+        transport.send(conn, {"ok": True, "ready": True, "isolation": isolation.to_dict(), **info})
     except _Fail as exc:
-        conn.send({"ok": False, "status": exc.status, "error": exc.text})
+        transport.send(conn, {"ok": False, "status": exc.status, "reason": exc.reason, "error": exc.text,
+                              "isolation": isolation.to_dict()})
         return
     except BaseException as exc:  # noqa: BLE001 - an import-time failure of the candidate is its compile error
-        conn.send(_failure(child, exc, "compile_error"))
+        transport.send(conn, {**_failure(child, exc, "compile_error"), "isolation": isolation.to_dict()})
         return
     while True:
         try:
-            msg = conn.recv()
-        except EOFError:
+            got = transport.receive(conn)
+        except (EOFError, OSError):
             return
+        if got is None:
+            continue
+        msg, blobs = got
         if msg.get("op") == "exit":
-            conn.send({"ok": True})
+            transport.send(conn, {"ok": True})
             return
+        out_blobs: list[bytes] = []
         try:
-            reply = child.handle(msg)
+            reply, out_blobs = child.handle(msg, blobs)
         except _Fail as exc:
-            reply = {"ok": False, "status": exc.status, "error": exc.text}
+            reply = {"ok": False, "status": exc.status, "reason": exc.reason, "error": exc.text}
         except BaseException as exc:  # noqa: BLE001 - candidate failures are reported, never fatal to the loop
             classify = getattr(child.adapter, "is_compile_error", None)
             reply = _failure(child, exc, "compile_error" if classify and classify(exc) else "runtime_error")
         try:
-            conn.send(reply)
-        except Exception as exc:  # noqa: BLE001 - e.g. an output that cannot be shared (not a tensor)
-            child.keep = None
-            conn.send({"ok": False, "status": "runtime_error",
-                       "error": f"solve returned something the harness cannot transfer: {type(exc).__name__}: {exc}"})
-        if not reply.get("ok") and reply.get("fatal"):
+            transport.send(conn, reply, out_blobs)
+        except (TypeError, ValueError) as exc:
+            transport.send(conn, {"ok": False, "status": "runtime_error",
+                                  "error": f"solve returned something the harness cannot transfer: {exc}"})
+        if not reply.get("ok") and (reply.get("fatal") or reply.get("reason") == "sandbox"):
             return
 
 

@@ -1,15 +1,20 @@
 """Grading one kernel file for one variant (DESIGN.md section 4), and the dry-run check.
 
-The parent draws inputs and computes the reference and the float64 anchor; the candidate runs in a `Worker`
-child. Order: static rules → start child (imports DSL + kernel) → ≥ 5 correctness draws (poisoned allocator,
-mutated-input and unchanged-input checks, DSL launch count) → ablation (DSL launches suppressed must break the
-outputs) → timing over fresh draws with re-checks → profiler attribution → baselines → speedup and flags.
+The parent draws inputs and computes the reference and the float64 anchor; the candidate runs in a sandboxed
+`Worker` child. Order: static rules → start child (sandbox, DSL, kernel) → ≥ 5 correctness draws → ablations
+(DSL launches suppressed, then the DSL launches' inputs randomised: outputs must break) → audit (a launch handed
+the answer, also transformed) → timing over fresh draws → profiler attribution (exact DSL symbols, ≥ 50 % of GPU
+time, no foreign kernels) → baselines → speedup and plausibility verdicts.
+
+Every call looks the same to the candidate: correctness, timed and profiled calls are the same request with the
+same allocator treatment, and each returns its outputs; which draws are compared is decided here after the reply
+(`Checker`), at least a fifth of every phase.
 """
 
 from __future__ import annotations
 
 import hashlib
-import random
+import secrets
 import statistics
 import time
 from dataclasses import dataclass
@@ -19,16 +24,23 @@ from typing import Any
 import torch
 
 from metakernel.compare import Expected, compare, compare_one
-from metakernel.expected import compute_expected, fresh_copies, unchanged_snapshot
+from metakernel.expected import compute_expected, fresh_copies
+from metakernel.grader import kernels as kernel_names
 from metakernel.grader.baseline import eager_timing
-from metakernel.grader.report import GradeReport
+from metakernel.grader.report import PROTOCOL, GradeReport
 from metakernel.grader.static import check_source
-from metakernel.grader.timing import bracket_settings, fresh_draw, knobs, measure, profile_kernels
+from metakernel.grader.timing import bracket_settings, knobs, measure, profile_kernels, seeded_draw
 from metakernel.grader.worker import Worker, WorkerFailure
 from metakernel.hardware import H200
 from metakernel.problem import Problem
 from metakernel.provenance import provenance
 from metakernel.structure import flatten, structure_mismatch
+
+#: The share of timed and profiled draws compared at random (decided after each reply), and the floor kept.
+CHECK_SHARE, CHECK_FLOOR = 0.3, 0.2
+#: GPU-only time below the roofline bound times this is physically impossible (inputs larger than L2, resp.
+#: small enough to stay in the H200's 50 MB L2, where bandwidth can beat HBM's several times).
+ROOFLINE_MARGIN, ROOFLINE_MARGIN_L2, L2_BYTES = 0.5, 0.15, 50 * 1024 * 1024
 
 
 @dataclass
@@ -43,10 +55,9 @@ class GradeOptions:
     min_timing_s: float = 2.0  # sample at least this long (with the gate: long enough to meet the fast state)
     host_gate_wait_s: float = 8.0  # with the gate: stop waiting for fast draws after this long
     host_fast_us: float | None = None  # the host's fast probe level measured beforehand (timing.measure, gate only)
-    keep_draws: bool = False  # timing study: per-draw event times and probes in Timing.per_draw (+ a torch probe)
+    keep_draws: bool = False  # timing study: per-draw event times and probes in Timing.per_draw
     timing_cap_s: float = 60.0
     rse_target: float = 0.005
-    rechecks: int = 3
     flush_l2: bool = False
     spin_ms: float = 2.0  # GPU kept busy before each timed call (child.Child.spin says why)
     call_timeout_s: float = 120.0
@@ -55,15 +66,34 @@ class GradeOptions:
     baselines: bool = True
     compile_baseline: bool = False
     profile: bool = True
-    # fresh draws profiled for GPU-only time and DSL share (child.Child.profile, timing.profile_kernels say why):
+    # fresh draws profiled for GPU-only time and DSL share (timing.profile_kernels says why):
     profile_draws: int = 24  # at least this many,
     profile_max_draws: int = 48  # more while the GPU-time mean's standard error is over profile_rse, up to this
     profile_rse: float = 0.005
+    require_isolation: bool | None = None  # None: METAKERNEL_ALLOW_UNSANDBOXED decides; False: opt out
 
 
-def _sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
+class _Done(Exception):
+    pass
+
+
+class Checker:
+    """Which draws are compared: each with probability CHECK_SHARE, more when the phase falls below CHECK_FLOOR.
+
+    Decided by the parent after the reply, from a secret source, so nothing the candidate sees before or during
+    a call depends on it.
+    """
+
+    def __init__(self) -> None:
+        self.seen = 0
+        self.checked = 0
+
+    def choose(self) -> bool:
+        """True when the draw just returned is to be compared."""
+        self.seen += 1
+        pick = secrets.randbelow(1000) < CHECK_SHARE * 1000 or self.checked < CHECK_FLOOR * self.seen - 1
+        self.checked += pick
+        return pick
 
 
 def _outputs_nbytes(expected: Expected) -> int:
@@ -78,6 +108,36 @@ def _copy(result: Any) -> Any:
     return result
 
 
+@dataclass
+class Sizes:
+    """Arena bytes one draw of a problem needs (inputs, returned outputs) and the draws one request carries."""
+
+    in_bytes: int
+    out_bytes: int
+    slots: int
+
+
+_SIZES: dict[tuple[str, str, str], Sizes] = {}
+
+
+def exchange_sizes(problem: Problem, device: str, scale: str, slots: int) -> Sizes:
+    """Measured once per problem and process from one draw and its reference result."""
+    from metakernel.grader.timing import PROFILE_BYTES
+    from metakernel.grader.transport import aligned, draw_bytes
+
+    key = (problem.content_hash, device, scale)
+    if key not in _SIZES:
+        _, inputs = seeded_draw(problem, device, scale)
+        in_bytes = draw_bytes(inputs) if device == "cuda" else 0
+        with torch.no_grad():
+            returned = problem.reference(*fresh_copies(problem, inputs))
+        out_bytes = sum(aligned(leaf.tensor.numel() * leaf.tensor.element_size()) for leaf in flatten(returned))
+        fit = max(1, PROFILE_BYTES // max(in_bytes, 1))
+        _SIZES[key] = Sizes(in_bytes, out_bytes, min(slots, fit))
+        del inputs, returned
+    return _SIZES[key]
+
+
 class Evaluation:
     """One grading run; methods are the phases, each may end it by raising `_Done`."""
 
@@ -87,9 +147,11 @@ class Evaluation:
         source = kernel.read_bytes() if kernel.is_file() else b""
         self.source = source
         self.report = GradeReport(problem=problem.identity, dsl=dsl, kernel_sha256=hashlib.sha256(source).hexdigest(),
-                                  device=device, scale=self.scale)
+                                  device=device, scale=self.scale, protocol=PROTOCOL)
         self.worker: Worker | None = None
         self.pattern = 0xFF
+        self.poison_bytes = 0
+        self.draw_index = 0
 
     def end(self, status: str, reason: str, message: str = "", **fields: Any) -> None:
         self.report.status, self.report.reason, self.report.message = status, reason, message
@@ -99,13 +161,17 @@ class Evaluation:
 
     # ------------------------------------------------------------------------------------------ phases
     def static(self) -> None:
+        name = self.kernel.name
         if not self.kernel.is_file():
             self.end("compile_error", "no_file", f"no kernel file at {self.kernel}")
-        result = check_source(self.source, self.dsl)
+        try:
+            result = check_source(self.source, self.dsl, filename=name)
+        except TypeError:  # TEMP until static.py lands
+            result = check_source(self.source, self.dsl)
         if result.problem:
             self.end(result.status or "compile_error", "static", result.problem)
         if result.violations:
-            self.end("rule_violation", "static", "kernel.py breaks the submission rules:",
+            self.end("rule_violation", "static", f"{name} breaks the submission rules:",
                      violations=[v.text() for v in result.violations])
 
     def start(self, prestarted: PendingWorker | None = None) -> None:
@@ -113,140 +179,187 @@ class Evaluation:
             if prestarted is not None:
                 self.worker, ready = prestarted.result()
             else:
-                self.worker = candidate_worker(self.dsl, self.kernel, self.device, self.o)
+                self.worker = candidate_worker(self.problem, self.dsl, self.kernel, self.device, self.o)
                 ready = self.worker.start()
         except WorkerFailure as exc:
+            if exc.status == "infra_error":
+                self.end("infra_error", exc.reason or "start", exc.text)
+            if exc.status == "rule_violation":
+                self.end("rule_violation", exc.reason or "sandbox", exc.text)
             self.end(exc.status, "compile" if exc.status == "compile_error" else "import",
-                     f"importing kernel.py failed:\n{exc.text}")
-        self.report.limits = ready.get("limits", {})
+                     f"importing {self.kernel.name} failed:\n{exc.text}")
+        self.report.isolation = self.worker.isolation
         self.report.phases_s["import"] = ready.get("import_s", 0.0) + ready.get("dsl_import_s", 0.0)
 
-    def call(self, inputs: list[Any], expected: Expected | None, mode: str = "run", op: str = "call",
-             want_outputs: bool = True, audit: bool = False) -> dict[str, Any]:
+    def _fail_reply(self, reply: dict[str, Any]) -> None:
+        error = reply.get("error", "")
+        status = reply.get("status", "runtime_error")
+        reason = reply.get("reason") or ("illegal_address" if "illegal memory access" in error
+                                         else "compile" if status == "compile_error" else "exception")
+        prefix = "" if status in ("rule_violation", "wrong") else "solve raised:\n"
+        self.end(status, reason, prefix + error)
+
+    def draw(self) -> list[Any]:
+        """Fresh inputs from an unpredictable seed; the seed is kept so a `wrong` can be reproduced."""
+        seed, inputs = seeded_draw(self.problem, self.device, self.scale)
+        self.draw_index += 1
+        self.last_seed = seed
+        return inputs
+
+    def call(self, inputs: list[Any], mode: str = "run") -> tuple[dict[str, Any], list[Any], Any]:
+        """One request, the same for every phase: (reply, the inputs as the child saw them, its outputs)."""
         assert self.worker is not None
         self.pattern = 0x7F if self.pattern == 0xFF else 0xFF
-        msg = {"op": op, "inputs": inputs, "mode": mode, "return_outputs": want_outputs, "audit": audit,
-               "poison": 2 * _outputs_nbytes(expected) if expected is not None else 0, "pattern": self.pattern,
-               **bracket_settings(self.o)}
+        views, specs, blobs = self.worker.place([fresh_copies(self.problem, inputs)])
+        msg = {"op": "call", "inputs": specs[0], "mode": mode, "poison": self.poison_bytes,
+               "pattern": self.pattern, **bracket_settings(self.o)}
         try:
-            reply = self.worker.request(msg, timeout=self.o.call_timeout_s)
+            reply = self.worker.request(msg, timeout=self.o.call_timeout_s, blobs=blobs)
         except WorkerFailure as exc:
             reason = "timeout" if exc.status == "timeout" else "crash"
             self.end(exc.status, reason, exc.text)
         if not reply.get("ok"):
-            error = reply.get("error", "")
-            status = reply.get("status", "runtime_error")
-            reason = ("illegal_address" if "illegal memory access" in error
-                      else "compile" if status == "compile_error" else "exception")
-            self.end(reply.get("status", "runtime_error"), reason, f"solve raised:\n{error}")
-        if want_outputs:
-            reply["out"] = _copy(reply.get("out"))
-        _sync(self.device)
-        return reply
+            self._fail_reply(reply)
+        if self.device == "cpu":
+            for i, spec in enumerate(reply.get("inputs_after", [])):
+                views[0][i] = self._unpack(spec, reply)
+        out = self.worker.outputs(reply["out"], reply["_blobs"])
+        return reply, views[0], out
 
-    def judge(self, inputs: list[Any], sent: list[Any], snapshot: dict[int, torch.Tensor], reply: dict[str, Any],
-              expected: Expected, draw: int) -> None:
-        out = reply["out"]
+    def _unpack(self, spec: Any, reply: dict[str, Any]) -> Any:
+        from metakernel.grader.transport import unpack_value
+
+        return unpack_value(spec, reply["_blobs"])
+
+    def judge(self, inputs: list[Any], seen: list[Any], out: Any, expected: Expected, label: str) -> None:
+        """Compare one call's outputs (and mutated inputs) with `expected`; inputs it must leave alone, too."""
+        out = _copy(out)
         problem = structure_mismatch_safe(out, expected.returned)
         if problem is not None:
-            self.end("wrong", "structure", f"draw {draw}: wrong output structure: {problem}")
-        mutated = {n: sent[self.problem.input_names.index(n)] for n in self.problem.mutates}
+            self.end("wrong", "structure", f"{label}: wrong output structure: {problem}", seed=self.last_seed)
+        mutated = {n: seen[self.problem.input_names.index(n)] for n in self.problem.mutates}
         verdict = compare(out, mutated, expected)
         if not verdict.passed:
             mm = verdict.mismatch
             reason = "nan" if mm is not None and "NaN" in mm.detail else "mismatch"
-            self.end("wrong", reason, f"draw {draw}: {verdict.text()}", mismatch=verdict.to_dict()["mismatch"])
-        for i, before in snapshot.items():
-            if not torch.equal(before, sent[i]):
+            self.end("wrong", reason, f"{label}: {verdict.text()}", mismatch=verdict.to_dict()["mismatch"],
+                     seed=self.last_seed)
+        for i, (name, before) in enumerate(zip(self.problem.input_names, inputs, strict=True)):
+            if name in self.problem.mutates or not isinstance(before, torch.Tensor):
+                continue
+            if not torch.equal(before, seen[i]):
                 self.end("rule_violation", "input_mutated",
-                         f"solve changed input {self.problem.input_names[i]}, which the problem does not mutate")
+                         f"solve changed input {name}, which the problem does not mutate")
 
     def correctness(self) -> None:
         started = time.perf_counter()
         launches = []
         for draw in range(1, self.o.draws + 1):
-            inputs = fresh_draw(self.problem, self.device, self.scale)
+            inputs = self.draw()
             expected = compute_expected(self.problem, inputs)
-            sent = fresh_copies(self.problem, inputs)
-            snapshot = unchanged_snapshot(self.problem, sent)
-            reply = self.call(sent, expected)
+            self.poison_bytes = 2 * _outputs_nbytes(expected)
+            reply, seen, out = self.call(inputs)
             if not reply.get("launches"):
                 self.end("rule_violation", "no_dsl_launch",
                          f"solve launched no {self.dsl} kernel (every call must launch one whose result is used)")
             launches.append(reply["launches"])
             if draw == 1:  # the first call compiles (DSL kernels are usually built on first use)
                 self.report.phases_s["first_call"] = reply["host_s"]
-            self.judge(inputs, sent, snapshot, reply, expected, draw)
+            self.judge(inputs, seen, out, expected, f"draw {draw}")
             self.report.draws_checked = draw
         self.report.launches_per_call = statistics.fmean(launches)
         self.report.phases_s["correctness"] = time.perf_counter() - started
 
+    def _still_correct(self, inputs: list[Any], seen: list[Any], out: Any) -> bool:
+        expected = compute_expected(self.problem, inputs)
+        mutated = {n: seen[self.problem.input_names.index(n)] for n in self.problem.mutates}
+        out = _copy(out)
+        return structure_mismatch_safe(out, expected.returned) is None and compare(out, mutated, expected).passed
+
     def ablation(self) -> None:
-        inputs = fresh_draw(self.problem, self.device, self.scale)
-        expected = compute_expected(self.problem, inputs)
-        sent = fresh_copies(self.problem, inputs)
+        """Launches suppressed, then the launches' inputs randomised: either way the outputs must break."""
+        started = time.perf_counter()
+        for mode in ("suppress", "randomize"):
+            inputs = self.draw()
+            assert self.worker is not None
+            try:
+                reply, seen, out = self._quiet_call(inputs, mode)
+            except _Crashed as exc:
+                self.report.ablations[mode] = f"the process failed ({exc}): counts as required"
+                self._restart()
+                continue
+            if reply is None:
+                self.report.ablations[mode] = "solve raised: counts as required"
+                continue
+            if mode == "randomize" and not reply.get("randomized"):
+                self.report.ablations[mode] = "no tensor argument to randomise: not conclusive"
+                continue
+            if self._still_correct(inputs, seen, out):
+                what = ("every DSL launch suppressed" if mode == "suppress"
+                        else "the DSL launches' tensor arguments overwritten with random values before they ran")
+                self.end("rule_violation", "dsl_unused",
+                         f"outputs are still correct with {what}: the {self.dsl} kernels do no work the result "
+                         "depends on", ablation=f"passed with {mode}")
+            self.report.ablations[mode] = "outputs wrong: the DSL's values are required"
+        self.report.ablation = self.report.ablations.get("suppress")
+        self.report.phases_s["ablation"] = time.perf_counter() - started
+
+    def _quiet_call(self, inputs: list[Any], mode: str) -> tuple[dict[str, Any] | None, list[Any], Any]:
+        """A call whose failure is information, not a verdict (the ablations)."""
         assert self.worker is not None
+        views, specs, blobs = self.worker.place([fresh_copies(self.problem, inputs)])
+        msg = {"op": "call", "inputs": specs[0], "mode": mode, "poison": self.poison_bytes, "pattern": 0xFF,
+               **bracket_settings(self.o)}
         try:
-            reply = self.worker.request({"op": "call", "inputs": sent, "mode": "suppress", "return_outputs": True,
-                                         "poison": 2 * _outputs_nbytes(expected), "pattern": 0xFF},
-                                        timeout=self.o.call_timeout_s)
+            reply = self.worker.request(msg, timeout=self.o.call_timeout_s, blobs=blobs)
         except WorkerFailure as exc:
-            self.report.ablation = f"the process failed without DSL launches ({exc.status}): counts as required"
-            self._restart_after_ablation()
-            return
+            raise _Crashed(exc.status) from exc
         if not reply.get("ok"):
-            self.report.ablation = "solve raised without DSL launches: counts as required"
-            return
-        mutated = {n: sent[self.problem.input_names.index(n)] for n in self.problem.mutates}
-        out = _copy(reply.get("out"))
-        if structure_mismatch_safe(out, expected.returned) is None and compare(out, mutated, expected).passed:
-            self.end("rule_violation", "dsl_unused",
-                     f"outputs are still correct with every {self.dsl} launch suppressed: the DSL kernel does no "
-                     "work the result depends on", ablation="passed without DSL launches")
-        self.report.ablation = "outputs wrong without DSL launches"
+            if reply.get("reason") == "sandbox":
+                self._fail_reply(reply)
+            if reply.get("fatal"):
+                raise _Crashed(reply.get("status", "runtime_error"))
+            return None, views[0], None
+        if self.device == "cpu":
+            for i, spec in enumerate(reply.get("inputs_after", [])):
+                views[0][i] = self._unpack(spec, reply)
+        return reply, views[0], self.worker.outputs(reply["out"], reply["_blobs"])
 
-    def audit(self) -> None:
-        """Catch token kernels: a DSL launch handed the finished answer (e.g. an eager result it merely copies)."""
-        inputs = fresh_draw(self.problem, self.device, self.scale)
-        expected = compute_expected(self.problem, inputs)
-        reply = self.call(fresh_copies(self.problem, inputs), expected, want_outputs=False, audit=True)
-        for launch, tensors in enumerate(reply.get("audited") or []):
-            for arg in tensors:
-                for name in (*expected.names, *expected.mutated):
-                    if name in self.problem.mutates:
-                        continue  # a cache handed to the kernel that updates it is the normal case
-                    ref = expected.reference[name]
-                    # Any view of the answer counts (a copy kernel is typically handed a flattened one).
-                    if arg.numel() != ref.numel() or arg.dtype != ref.dtype or not ref.numel():
-                        continue
-                    leaves = {**expected.reference, name: arg.reshape(ref.shape).to(ref.device)}
-                    check, mismatch = compare_one(name, leaves, expected)
-                    if mismatch is None and not bool((ref == 0).all()):
-                        self.end("rule_violation", "dsl_token",
-                                 f"{self.dsl} launch {launch + 1} was handed the finished value of output {name} "
-                                 "before it ran: the DSL kernel does no work the answer depends on")
-
-    def _restart_after_ablation(self) -> None:
+    def _restart(self) -> None:
         if self.worker is not None:
             self.worker.close()
         self.worker = None
         self.start()
 
+    def audit(self) -> None:
+        """Catch token kernels: a DSL launch handed the finished answer, as is or transformed."""
+        inputs = self.draw()
+        expected = compute_expected(self.problem, inputs)
+        reply, _, _ = self.call(inputs, mode="audit")
+        from metakernel.grader.tokens import token_output
+
+        for launch, specs in enumerate(reply.get("audited") or []):
+            for spec in specs:
+                arg = self._unpack(spec, reply).to(self.device)
+                name = token_output(arg, inputs, expected, self.problem.mutates)
+                if name is not None:
+                    self.end("rule_violation", "dsl_token",
+                             f"{self.dsl} launch {launch + 1} was handed the finished value of output {name} (or "
+                             "a rescaled, shifted, reshaped or permuted copy of it) before it ran: the DSL kernel "
+                             "does no work the answer depends on")
+
     def timing(self) -> None:
-        recheck_at = set(random.sample(range(self.o.min_timed), k=min(self.o.rechecks, self.o.min_timed)))
+        checker = Checker()
 
         def one(i: int) -> dict[str, Any]:
-            inputs = fresh_draw(self.problem, self.device, self.scale)
-            recheck = i in recheck_at
-            expected = compute_expected(self.problem, inputs) if recheck else None
-            sent = fresh_copies(self.problem, inputs)
-            snapshot = unchanged_snapshot(self.problem, sent) if recheck else {}
-            _sync(self.device)
+            inputs = self.draw()
+            torch.cuda.synchronize() if self.device == "cuda" else None
             t0 = time.perf_counter()
-            reply = self.call(sent, expected, op="time", want_outputs=recheck)
+            reply, seen, out = self.call(inputs)
             reply["wall_s"] = time.perf_counter() - t0
-            if recheck and expected is not None:
-                self.judge(inputs, sent, snapshot, reply, expected, draw=self.o.draws + i + 1)
+            if checker.choose():
+                self.judge(inputs, seen, out, compute_expected(self.problem, inputs),
+                           f"timed draw {i + 1}" if i >= 0 else "warm-up draw")
                 self.report.rechecks += 1
             return reply
 
@@ -254,35 +367,60 @@ class Evaluation:
         self.report.timing = timing
         self.report.integrity.extend(flags)
         self.report.phases_s["timing"] = timing.wall_s
+        if timing.wall_s > 0 and timing.median_us * timing.n * 1e-6 > 1.02 * timing.wall_s + 1e-3:
+            self.end("rule_violation", "implausible_time", "the reported call times add up to more than the wall "
+                     "time the parent measured around them")
 
     def profile(self) -> None:
         assert self.worker is not None
-        try:
-            reply = profile_kernels(self.worker, self.problem, self.device, self.scale, self.o)
-        except WorkerFailure as exc:
-            self.report.integrity.append(f"profiling failed: {exc.status}")
-            return
-        if not reply.get("ok"):
-            self.report.integrity.append("profiling failed: " + reply.get("error", "")[-300:])
-            return
-        from metakernel.dsl import get_adapter
+        checker = Checker()
+        started = time.perf_counter()
 
-        adapter = get_adapter(self.dsl)
+        def send(count: int) -> dict[str, Any]:
+            assert self.worker is not None
+            draws = [self.draw() for _ in range(count)]
+            views, specs, blobs = self.worker.place([fresh_copies(self.problem, d) for d in draws])
+            self.pattern = 0x7F if self.pattern == 0xFF else 0xFF
+            reply = self.worker.request({"op": "profile", "draws": specs, "poison": self.poison_bytes,
+                                         "pattern": self.pattern}, timeout=self.o.call_timeout_s, blobs=blobs)
+            if not reply.get("ok"):
+                self._fail_reply(reply)
+            for k, spec in enumerate(reply["outs"]):
+                if checker.choose():
+                    out = self.worker.outputs(spec, reply["_blobs"])
+                    self.judge(draws[k], views[k], out, compute_expected(self.problem, draws[k]), "profiled draw")
+                    self.report.rechecks += 1
+            return reply
+
+        try:
+            reply = profile_kernels(send, self.o)
+        except WorkerFailure as exc:
+            self.end(exc.status, "crash" if exc.status != "timeout" else "timeout", exc.text)
         names = set(reply.get("kernel_names", []))
         kernels = reply.get("kernels", [])
         total = sum(us for _, us in kernels)
-        dsl_us = sum(us for name, us in kernels if _is_dsl_kernel(adapter, name, names))
-        self.report.kernels = [{"name": n[:160], "us": round(us, 3), "dsl": _is_dsl_kernel(adapter, n, names)}
-                               for n, us in kernels]
-        if kernels:
-            self.report.gpu_only_us = total
-            self.report.gpu_only_draws = int(reply.get("repeats") or 0)
-            self.report.gpu_only_rse = reply.get("rse")
-            self.report.dsl_share = dsl_us / total if total > 0 else None
-            timing = self.report.timing
-            if timing is not None and timing.median_us < 0.8 * total:
-                self.report.integrity.append(
-                    f"end-to-end median {timing.median_us:.1f} us is below the GPU kernel time {total:.1f} us")
+        classes = {name: kernel_names.classify(name, names) for name, _ in kernels}
+        dsl_us = sum(us for name, us in kernels if classes[name] == "dsl")
+        self.report.kernels = [{"name": n[:160], "us": round(us, 3), "kind": classes[n]} for n, us in kernels]
+        self.report.phases_s["profile"] = time.perf_counter() - started
+        foreign = [n for n, kind in classes.items() if kind == "foreign"]
+        if foreign:
+            self.end("rule_violation", "foreign_kernel",
+                     f"GPU kernel {foreign[0][:120]!r} is neither a {self.dsl} kernel this file compiled nor a "
+                     "torch or CUDA library kernel (another JIT or kernel language did GPU work)")
+        if not kernels:
+            return
+        self.report.gpu_only_us = total
+        self.report.gpu_only_draws = int(reply.get("repeats") or 0)
+        self.report.gpu_only_rse = reply.get("rse")
+        self.report.dsl_share = dsl_us / total if total > 0 else None
+        if self.device == "cuda" and dsl_us <= 0:
+            self.end("rule_violation", "no_dsl_launch", f"the profiled calls ran no {self.dsl} kernel on the GPU")
+        if self.device == "cuda" and self.report.dsl_share is not None and self.report.dsl_share < 0.5:
+            self.end("rule_violation", "dsl_share",
+                     f"{self.dsl} kernels are {100 * self.report.dsl_share:.0f} % of the call's GPU time "
+                     f"(mean over {self.report.gpu_only_draws} profiled draws); the rule is at least 50 %: move "
+                     "the heavy work into the DSL")
 
     def baselines(self) -> None:
         if not self.o.baselines:
@@ -296,30 +434,48 @@ class Evaluation:
 
     def finish(self) -> None:
         r = self.report
+        if r.timing and r.gpu_only_us and r.timing.median_us < 0.8 * r.gpu_only_us:
+            self.end("rule_violation", "implausible_time",
+                     f"end-to-end median {r.timing.median_us:.1f} us is below the GPU kernel time "
+                     f"{r.gpu_only_us:.1f} us the profiler measured")
+        if self.device == "cuda" and (r.timing or r.gpu_only_us):
+            inputs = self.draw()
+            counts = self.problem.roofline(inputs)
+            nbytes = sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
+            bound = H200.min_seconds(counts["flops"], counts["bytes"]) * 1e6
+            if r.timing:
+                r.roofline_fraction = bound / r.timing.median_us
+            margin = ROOFLINE_MARGIN_L2 if nbytes <= L2_BYTES else ROOFLINE_MARGIN
+            if r.gpu_only_us and r.gpu_only_us < margin * bound:
+                self.end("rule_violation", "implausible_time",
+                         f"GPU time {r.gpu_only_us:.2f} us is below {margin:g} x the H200's roofline bound "
+                         f"{bound:.2f} us: no kernel can do this work that fast")
         if r.timing and r.eager:
             r.speedup = r.eager.median_us / r.timing.median_us
         if r.eager and r.eager.gpu_only_us and r.gpu_only_us:
             r.speedup_gpu = r.eager.gpu_only_us / r.gpu_only_us
         if r.timing and r.compiled:
             r.speedup_vs_compile = r.compiled.median_us / r.timing.median_us
-        if r.timing and self.device == "cuda":
-            counts = self.problem.roofline(fresh_draw(self.problem, self.device, self.scale))
-            bound = H200.min_seconds(counts["flops"], counts["bytes"]) * 1e6
-            r.roofline_fraction = bound / r.timing.median_us
         r.status, r.reason = "passed", ""
-        r.message = "correct on every draw; DSL launches required; timed"
+        r.message = "correct on every checked draw; DSL launches required; timed"
 
 
-class _Done(Exception):
+class _Crashed(Exception):
     pass
 
 
-def candidate_worker(dsl: str, kernel: Path, device: str, options: GradeOptions) -> Worker:
-    """A (not yet started) child for grading `kernel` in `dsl`."""
+def candidate_worker(problem: Problem, dsl: str, kernel: Path, device: str, options: GradeOptions,
+                     dry_run: bool = False) -> Worker:
+    """A (not yet started) child for grading `kernel` in `dsl`, its arenas sized for `problem`."""
     from metakernel.dsl import get_adapter
+    from metakernel.grader.timing import PROFILE_CHUNK
 
-    return Worker(kind="candidate", path=kernel, device=device, dsl=dsl,
-                  env=get_adapter(dsl).environment(dry_run=False), start_timeout=options.start_timeout_s)
+    scale = options.scale or ("full" if device == "cuda" else "small")
+    sizes = exchange_sizes(problem, device, scale, PROFILE_CHUNK)
+    return Worker(kind="candidate", path=kernel, device=device, dsl=dsl, dry_run=dry_run,
+                  env=get_adapter(dsl).environment(dry_run=dry_run), start_timeout=options.start_timeout_s,
+                  in_bytes=sizes.in_bytes, out_bytes=sizes.out_bytes, slots=sizes.slots,
+                  require_isolation=options.require_isolation)
 
 
 class PendingWorker:
@@ -328,10 +484,10 @@ class PendingWorker:
     DESIGN 8: grading children are spawned ahead of need and used once.
     """
 
-    def __init__(self, dsl: str, kernel: Path, device: str, options: GradeOptions) -> None:
+    def __init__(self, problem: Problem, dsl: str, kernel: Path, device: str, options: GradeOptions) -> None:
         import threading
 
-        self.worker = candidate_worker(dsl, kernel, device, options)
+        self.worker = candidate_worker(problem, dsl, kernel, device, options)
         self._ready: dict[str, Any] | None = None
         self._error: WorkerFailure | None = None
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -365,13 +521,6 @@ def structure_mismatch_safe(candidate: Any, expected: Any) -> str | None:
         return str(exc)
 
 
-def _is_dsl_kernel(adapter: Any, name: str, known: set[str]) -> bool:
-    if name in known or any(k and k in name for k in known):
-        return True
-    matcher = getattr(adapter, "is_dsl_kernel_name", None)
-    return bool(matcher(name)) if matcher else False
-
-
 def grade(problem: Problem, dsl: str, kernel: Path, device: str = "cuda", options: GradeOptions | None = None,
           prestarted: PendingWorker | None = None) -> GradeReport:
     """Grade one kernel file; never raises for anything the candidate does.
@@ -402,6 +551,8 @@ def grade(problem: Problem, dsl: str, kernel: Path, device: str = "cuda", option
         if prestarted is not None:
             prestarted.discard()
         if ev.worker is not None:
+            if not ev.report.isolation:
+                ev.report.isolation = ev.worker.isolation
             ev.worker.close()
         ev.report.phases_s["total"] = time.perf_counter() - started
         ev.report.provenance = provenance()
@@ -411,27 +562,27 @@ def grade(problem: Problem, dsl: str, kernel: Path, device: str = "cuda", option
 def dry_run(problem: Problem, dsl: str, kernel: Path, timeout_s: float = 300.0) -> GradeReport:
     """The free `check`: static rules, import, then `solve` on small CPU inputs with DSL launches intercepted.
 
-    Launches are intercepted after compilation, so this catches import, trace and compile errors; it proves
-    nothing about the values (only the GPU does).
+    Runs in the same sandbox as grading. Launches are intercepted after compilation, so this catches import, trace
+    and compile errors; it proves nothing about the values (only the GPU does).
     """
-    from metakernel.dsl import get_adapter
-
     options = GradeOptions(scale="small", call_timeout_s=timeout_s, start_timeout_s=timeout_s)
     ev = Evaluation(problem, dsl, kernel, "cpu", options)
     try:
         ev.static()
-        ev.worker = Worker(kind="candidate", path=kernel, device="cpu", dsl=dsl, dry_run=True,
-                           env=get_adapter(dsl).environment(dry_run=True), start_timeout=timeout_s)
+        ev.worker = candidate_worker(problem, dsl, kernel, "cpu", options, dry_run=True)
         try:
             ev.worker.start()
         except WorkerFailure as exc:
-            ev.end(exc.status, "import", f"importing kernel.py failed:\n{exc.text}")
-        inputs = fresh_copies(problem, fresh_draw(problem, "cpu", "small"))
+            if exc.status in ("infra_error", "rule_violation"):
+                ev.end(exc.status, exc.reason or "import", exc.text)
+            ev.end(exc.status, "import", f"importing {kernel.name} failed:\n{exc.text}")
+        ev.report.isolation = ev.worker.isolation
+        inputs = ev.draw()
         expected_structure = compute_expected(problem, inputs).returned
-        reply = ev.call(inputs, None, mode="intercept")
+        reply, _, out = ev.call(inputs, mode="intercept")
         if not reply.get("launches"):
             ev.end("rule_violation", "no_dsl_launch", f"solve launched no {dsl} kernel")
-        mismatch = structure_mismatch_safe(reply.get("out"), expected_structure)
+        mismatch = structure_mismatch_safe(out, expected_structure)
         if mismatch is not None:
             ev.end("wrong", "structure", f"wrong output structure: {mismatch}")
         ev.report.status, ev.report.reason = "passed", "dry_run"

@@ -5,7 +5,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-SCHEMA = "metakernel.grade/1"
+SCHEMA = "metakernel.grade/2"
+#: The grading protocol (DESIGN.md sections 3-4): 2 = sandboxed child, every call checked at random after it
+#: returned, dependency ablation, the DSL's kernels at least 50 % of GPU time, foreign kernels refused.
+PROTOCOL = 2
 STATUSES = ("passed", "wrong", "compile_error", "runtime_error", "timeout", "rule_violation", "infra_error")
 
 
@@ -53,7 +56,8 @@ class GradeReport:
     violations: list[str] = field(default_factory=list)
     draws_checked: int = 0
     launches_per_call: float | None = None
-    ablation: str | None = None  # "outputs wrong without DSL launches" | "passed without DSL launches" | error
+    ablation: str | None = None  # the suppressed-launch ablation's finding (also in `ablations`)
+    ablations: dict[str, str] = field(default_factory=dict)  # "suppress" / "randomize" -> what was found
     timing: Timing | None = None
     gpu_only_us: float | None = None
     gpu_only_draws: int = 0  # fresh draws profiled for gpu_only_us (timing.profile_kernels: more when work varies)
@@ -69,7 +73,10 @@ class GradeReport:
     speedup_gpu: float | None = None
     roofline_fraction: float | None = None
     integrity: list[str] = field(default_factory=list)
-    rechecks: int = 0
+    rechecks: int = 0  # timed and profiled draws compared after they returned (chosen at random, >= a fifth)
+    seed: int | None = None  # the seed of the draw a `wrong` was found on (timing.seeded_draw reproduces it)
+    isolation: dict[str, Any] = field(default_factory=dict)  # sandbox.Isolation in force in the child
+    protocol: int = PROTOCOL
     phases_s: dict[str, float] = field(default_factory=dict)
     limits: dict[str, Any] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
@@ -108,4 +115,6 @@ class GradeReport:
                              f"{self.launches_per_call or 0:g} launch(es) per call")
         for flag in self.integrity:
             lines.append(f"timing flag: {flag}")
+        if self.isolation and self.isolation.get("mode") == "none":
+            lines.append("isolation: none (the grader ran without a sandbox)")
         return "\n".join(lines)

@@ -1,84 +1,140 @@
-"""Static rules on a submitted kernel.py, checked before any code runs (DESIGN.md sections 3 and 4.1).
+"""Static rules on a submitted kernel, checked before any of it runs (DESIGN.md sections 3 and 4.1).
 
-An AST walk, not a regex: it sees `import triton as t`, `from torch import compile as c`, `torch . jit` and
-`getattr`-free attribute chains. It cannot see through `getattr(torch, "com" + "pile")`, which is why the rules
-also forbid the reflective escape hatches (`getattr` on modules with computed names is caught at run time by the
-launch-count and ablation checks, and `__import__`/`importlib`/`exec`/`eval` are forbidden outright).
+The candidate reads this file, so the rules are allowlists wherever a kernel's needs are small enough to list
+(imports, builtins, class bases, cuda driver names) and judge attributes by name elsewhere, whatever the chain that
+reaches them starts at: torch, the DSLs and the standard library re-export each other's modules
+(`torch.nn.modules.module.sys`, `cutlass.torch`), so `.sys` is refused on any object. Every way to name an attribute
+without writing it (computed `getattr`, `str.format` fields, `__dict__`, `globals()`) is refused, and modules may
+only be used as `m.name` so they never hide in a variable. This is a tripwire in front of the OS sandbox and the
+runtime audit hook, not a proof of safety; its messages say what to write instead.
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
+import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 MAX_BYTES = 300 * 1024
-
-#: Modules a candidate may not import, by prefix: other kernel languages and compilers, raw CUDA routes, process
-#: and FFI escapes, and the harness itself.
-FORBIDDEN_MODULES: dict[str, str] = {
-    "triton": "another kernel language (Triton)",
-    "torch.utils.cpp_extension": "CUDA C/C++ through cpp_extension",
-    "torch._inductor": "torch.compile's compiler",
-    "torch._dynamo": "torch.compile's tracer",
-    "torch.jit": "TorchScript",
-    "torch.cuda.graphs": "CUDA graphs",
-    "ctypes": "ctypes (raw library calls)",
-    "cffi": "cffi (raw library calls)",
-    "subprocess": "subprocesses",
-    "multiprocessing": "subprocesses",
-    "os": "os (processes, environment and files)",
-    "sys": "sys (interpreter and module state)",
-    "importlib": "dynamic imports",
-    "builtins": "builtins patching",
-    "numba": "another kernel compiler (Numba)",
-    "cupy": "another kernel route (CuPy RawKernel)",
-    "pycuda": "CUDA C through PyCUDA",
-    "cuda": "raw CUDA driver/NVRTC bindings",
-    "nvrtc": "NVRTC (CUDA C)",
-    "tvm.contrib": "library kernels through TVM (cuBLAS, cuDNN, ...)",
-    "tvm_ffi": "raw FFI functions (they bypass launch accounting)",
-    "metakernel": "the harness",
-    "reference": "the problem's reference",
-    "inspect": "introspection of the harness",
-    "gc": "introspection of the harness",
-    "time": "timers",
-    "socket": "network access",
-    "threading": "threads (work outside the timed call)",
-}
-
-#: Attribute chains (matched as dotted suffixes) and the rule they break.
-FORBIDDEN_ATTRIBUTES: dict[str, str] = {
-    "torch.compile": "torch.compile",
-    "torch.jit": "TorchScript",
-    "torch.cuda.graph": "CUDA graphs",
-    "torch.cuda.CUDAGraph": "CUDA graphs",
-    "torch.cuda.make_graphed_callables": "CUDA graphs",
-    "load_inline": "CUDA C/C++ through cpp_extension",
-    "elapsed_time": "reading or patching timers",
-    "cuda.Event": "timers (torch.cuda.Event)",
-    "initial_seed": "reading seeds",
-    "get_rng_state": "reading seeds",
-    "torch.seed": "reading seeds",
-    "cuda.seed": "reading seeds",
-    "make_inputs": "reusing make_inputs",
-    "reference": "calling the reference",
-    "__globals__": "introspection",
-    "__builtins__": "introspection",
-    "__subclasses__": "introspection",
-    "torch._C": "torch internals (torch._C)",
-    "cublas": "library kernels through the DSL",
-    "get_global_func": "raw FFI functions (they bypass launch accounting)",
-    "_ffi_api": "raw FFI functions (they bypass launch accounting)",
-    "cudnn": "library kernels through the DSL",
-}
-
-FORBIDDEN_CALLS: dict[str, str] = {
-    "exec": "exec", "eval": "eval", "compile": "compile()", "__import__": "dynamic imports", "open": "file access",
-    "breakpoint": "debugger", "globals": "introspection", "vars": "introspection", "setattr": "patching objects",
-    "delattr": "patching objects", "make_inputs": "reusing make_inputs", "reference": "calling the reference",
-}
-
 DSL_ROOTS = {"cute": ("cutlass",), "tirx": ("tvm",)}
+
+#: The only modules a kernel may import ("X.*": X and its submodules). Everything else is refused by name.
+ALLOWED_IMPORTS: dict[str, tuple[str, ...]] = {
+    "common": ("torch", "torch.nn", "torch.nn.functional", "math", "typing", "functools", "itertools",
+               "dataclasses", "enum", "__future__", "collections.*", "numbers"),
+    "cute": ("cutlass", "cutlass.cute.*", "cutlass.utils.*", "cutlass.pipeline.*", "cutlass.memory",
+             "cutlass.tensor_utils", "cuda.bindings.driver"),
+    "tirx": ("tvm", "tvm.script", "tvm.script.tirx.*", "tvm.tirx.*", "tvm.runtime", "tvm.target", "tvm.ir",
+             "tvm.arith"),
+}
+#: What a kernel may take from cuda.bindings.driver (a CUstream for the launch); the rest launches, times and loads
+#: code behind the DSL's back.
+DRIVER_NAMES = frozenset({"CUstream", "CUresult"})
+
+_STDLIB = "standard-library module reachable through another module: the sandbox forbids it"
+_FRAME = "frame, code and traceback internals: introspection of the harness"
+#: Attribute names refused on any object: modules that other modules re-export, and interpreter internals.
+MODULE_ATTRIBUTES: dict[str, str] = {
+    **dict.fromkeys((
+        "sys os posix nt gc inspect ctypes cffi subprocess importlib imp pkgutil runpy zipimport site sysconfig "
+        "builtins threading socket ssl select selectors http urllib requests ftplib smtplib xmlrpc webbrowser "
+        "pickle marshal shelve dbm copyreg shutil pathlib io tempfile glob fileinput codecs gzip bz2 lzma zipfile "
+        "tarfile sqlite3 logging signal weakref atexit traceback linecache faulthandler tracemalloc "
+        "multiprocessing concurrent asyncio types operator code codeop dis mmap fcntl resource pty tty termios "
+        "platform pwd grp getpass time datetime timeit sched random secrets unittest mock pdb bdb").split(), _STDLIB),
+    **dict.fromkeys((
+        "f_globals f_locals f_back f_builtins f_code f_lasti f_trace tb_frame tb_next gi_frame gi_code cr_frame "
+        "cr_code ag_frame ag_code co_code co_consts co_names cell_contents settrace setprofile").split(), _FRAME),
+    "torch": "torch reached through another module: `import torch`; for the stream, compile with "
+             "make_fake_stream(use_tvm_ffi_env_stream=True) or use torch.cuda.current_stream()",
+    **dict.fromkeys(("numpy", "np", "cupy", "numba", "pycuda", "triton"),
+                    "another array or kernel library: not on the import allowlist"),
+}
+
+_GRAPHS = "CUDA graphs: not allowed"
+_ROUTE = "another kernel route (extension, JIT, compiler or vendor library): write the kernel in the DSL"
+_HOOKS = "torch function/dispatch hooks and tensor subclasses: outputs must be plain tensors"
+_FFI = "raw FFI, extern calls or module loading: they bypass launch accounting"
+_TELL = "a kernel must not tell checked calls from timed ones"
+#: Attribute names refused on any object: features that bypass the DSL, the timing or the outputs' checks.
+FEATURE_ATTRIBUTES: dict[str, str] = {
+    **dict.fromkeys(("graph", "graphs", "CUDAGraph", "make_graphed_callables", "is_current_stream_capturing"),
+                    _GRAPHS),
+    **dict.fromkeys(("cpp_extension", "load_inline", "load_library", "library", "higher_order", "py_impl",
+                     "compiler", "export", "export_library", "fx", "onnx", "hub", "package", "serialization"),
+                    _ROUTE),
+    **dict.fromkeys(("overrides", "TorchFunctionMode", "TorchDispatchMode", "as_subclass"), _HOOKS),
+    **dict.fromkeys(("distributed", "nccl"), "distributed runtimes: work outside the timed call"),
+    **dict.fromkeys((
+        "contrib ffi tvm_ffi get_global_func list_global_func_names register_func register_global_func get_function "
+        "load_module load_static_library import_module system_lib time_evaluator rpc call_packed call_cpacked "
+        "call_packed_lowered call_cpacked_lowered tvm_call_packed call_extern call_pure_extern call_intrin "
+        "call_pure_intrin call_llvm_intrin call_llvm_pure_intrin").split(), _FFI),
+    **dict.fromkeys(("save", "from_file", "fromfile", "tofile", "gds", "GdsFile"), "file access"),
+    **dict.fromkeys(("Event", "elapsed_time", "perf_counter", "perf_counter_ns", "time_ns", "monotonic",
+                     "monotonic_ns", "process_time", "thread_time", "clock", "clock64", "globaltimer", "Timer",
+                     "benchmark"), f"timers: {_TELL}"),
+    **dict.fromkeys(("default_generator", "default_generators", "get_state", "set_state"),
+                    f"random-number state: {_TELL}"),
+    **dict.fromkeys(("utilization", "temperature", "power_draw", "clock_rate", "list_gpu_processes", "mem_get_info",
+                     "CUDAPluggableAllocator"), f"device and allocator state: {_TELL}"),
+    **dict.fromkeys(("backends", "tunable", "use_deterministic_algorithms"),
+                    "global torch settings: the harness's state, not yours"),
+    **dict.fromkeys(("attrgetter", "methodcaller", "update_wrapper", "wraps", "getattr_static", "get_type_hints",
+                     "ForwardRef"), "attribute access or evaluation by computed name"),
+    **dict.fromkeys(("format", "format_map"), "str.format reads attributes named in a string: use an f-string"),
+    **dict.fromkeys(("make_dataclass", "new_class"), "dynamic class creation: write a class statement"),
+}
+#: Classes of names, refused on any object.
+ATTRIBUTE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"(?i)graph"), _GRAPHS),
+    (re.compile(r"(?i)triton|inductor|dynamo|jiterator|cubin|nvrtc|nvjitlink|cudart|cublas|cudnn|cufft|curand"
+                r"|cusparse|cusolver"), _ROUTE),
+    (re.compile(r"(?i)profil"), f"profilers: {_TELL}"),
+    (re.compile(r"^(initial_|manual_)?seed(_all)?$|rng_state"), f"random-number state: {_TELL}"),
+    (re.compile(r"memory_(allocated|reserved|cached|stats|summary|snapshot|usage|used|fraction)|max_memory"
+                r"|peak_memory|mem_pool|MemPool|allocator|empty_cache|ipc_collect"),
+     f"allocator state and statistics: {_TELL}"),
+    (re.compile(r"^register_module_"), "global module hooks: they see the harness's calls"),
+)
+#: Names the DSL owns: fine on a chain of names starting at the DSL (`cute.compile`), refused on anything else.
+DSL_ONLY_ATTRIBUTES: dict[str, str] = {
+    "compile": "torch.compile / Module.compile is another compiler: only cute.compile or tvm.compile",
+    "jit": "TorchScript is another compiler: only the DSL's @cute.jit",
+    "memory": "torch.cuda.memory is allocator state (cutlass.memory is fine)",
+    "utils": "torch.utils holds extensions, benchmarks and worker processes (the DSL's utils are fine)",
+}
+_SETTINGS = "global torch settings: the harness's state, not yours"
+#: Refused where the chain starts at torch or at an expression that is not a name (a value that may be torch).
+TORCH_ATTRIBUTES: dict[str, str] = {"load": "torch.load reads files and unpickles them"}
+
+_BUILTINS = frozenset(dir(builtins))
+_EXCEPTIONS = frozenset(n for n in _BUILTINS if isinstance(getattr(builtins, n), type)
+                        and issubclass(getattr(builtins, n), BaseException)) - {"SystemExit", "KeyboardInterrupt"}
+#: Builtins a kernel may name; others are refused even when rebound, since scopes are not tracked.
+SAFE_BUILTINS = _EXCEPTIONS | frozenset((
+    "abs aiter all anext any ascii bin bool bytearray bytes callable chr classmethod complex dict divmod enumerate "
+    "filter float format frozenset hash hex id int isinstance issubclass iter len list map max min next object oct "
+    "ord pow print property range repr reversed round set slice sorted staticmethod str sum tuple zip "
+    "NotImplemented Ellipsis").split())
+BUILTIN_REASONS: dict[str, str] = {
+    **dict.fromkeys(("eval", "exec"), "runs code from a string"),
+    "compile": "compiles code from a string (the DSL's is cute.compile / tvm.compile)",
+    "open": "file access", "input": "reads the harness's stdin", "breakpoint": "debugger",
+    **dict.fromkeys(("globals", "locals", "vars", "dir", "help"), "introspection of module state"),
+    **dict.fromkeys(("setattr", "delattr"), "patching objects: assign self.<name> in __init__ instead"),
+    **dict.fromkeys(("getattr", "hasattr"), "only getattr(obj, 'constant_name') is allowed"),
+    "type": "only type(x) with one argument (or use isinstance)", "super": "only super() without arguments",
+}
+_METHOD_DUNDERS = frozenset({"__init__", "__post_init__", "__call__", "__repr__"})
+_NAME_DUNDERS = frozenset({"__name__", "__file__"})
+_TEXT_DUNDERS = frozenset({"__main__", "__name__", "__file__", "__init__"})
+ALLOWED_BASES = ("torch.nn.Module", "enum.Enum", "enum.IntEnum", "enum.Flag", "enum.IntFlag", "typing.NamedTuple",
+                 "typing.Generic", "typing.Protocol")
+_DUNDER = re.compile(r"__\w+__")
+_DUNDER_IN_TEXT = re.compile(r"__\w+?__")
 
 
 @dataclass(frozen=True)
@@ -88,10 +144,11 @@ class Violation:
     line: int
     rule: str
     detail: str
+    filename: str = "kernel.py"
 
     def text(self) -> str:
-        """`kernel.py:12: forbidden import triton (another kernel language (Triton))`."""
-        return f"kernel.py:{self.line}: {self.detail} ({self.rule})"
+        """`kernel.py:12: forbidden attribute .sys (standard-library module ...)`."""
+        return f"{self.filename}:{self.line}: {self.detail} ({self.rule})"
 
 
 @dataclass(frozen=True)
@@ -108,104 +165,374 @@ class StaticResult:
         return self.status is None
 
 
-def _dotted(node: ast.AST) -> str | None:
-    parts: list[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return None
+class _Origin(NamedTuple):
+    kind: str  # dsl | torch | driver | module | self | local | unknown
+    path: str | None = None  # resolved dotted path, when the chain is names and attributes only
+    package: bool = False  # starts at a package bound by `import a.b.c` that is not itself allowed
 
 
-def _module_rule(name: str) -> str | None:
-    for prefix, rule in FORBIDDEN_MODULES.items():
-        if name == prefix or name.startswith(prefix + "."):
-            return rule
-    return None
+class _Checker:
+    """One walk over a parsed kernel; scope-insensitive, so anything ambiguous is refused."""
+
+    def __init__(self, tree: ast.Module, dsl: str, filename: str) -> None:
+        self.tree, self.dsl, self.filename = tree, dsl, filename
+        self.found: list[Violation] = []
+        self.allowed = ALLOWED_IMPORTS["common"] + ALLOWED_IMPORTS[dsl]
+        self.other_dsl = {root: key for key, roots in DSL_ROOTS.items() if key != dsl for root in roots}
+        self.aliases: dict[str, str] = {}  # imported name -> dotted path it stands for
+        self.modules: set[str] = set()  # imported names bound to modules
+        self.packages: set[str] = set()
+        self.bound: dict[str, set[str]] = {}  # name -> kinds of binding (import, class, other)
+        self.own_private: set[str] = set()
+        self.selves: set[int] = set()  # ids of `self` parameters of methods
+        self.in_init: set[int] = set()  # ids of nodes inside __init__ / __post_init__
+        self.ok_calls: set[int] = set()  # ids of getattr/type/super names in calls of the allowed shape
+        self.docstrings: set[int] = set()
+        self.parents: dict[int, ast.AST] = {}
+        self.uses_dsl = False
+
+    def flag(self, node: ast.AST | int, rule: str, detail: str) -> None:
+        line = node if isinstance(node, int) else getattr(node, "lineno", 1)
+        self.found.append(Violation(line, rule, detail, self.filename))
+
+    def run(self) -> list[Violation]:
+        nodes = [n for t in [self.tree, *self._string_annotations()] for n in ast.walk(t)]
+        for n in nodes:
+            for child in ast.iter_child_nodes(n):
+                self.parents[id(child)] = n
+        self._collect(nodes)
+        for n in nodes:
+            self._visit(n)
+        if not self.uses_dsl:
+            self.flag(1, f"the {self.dsl} variant must use its DSL",
+                      f"{self.filename} never imports {' or '.join(DSL_ROOTS[self.dsl])}")
+        return _dedupe(self.found)
+
+    def _string_annotations(self) -> list[ast.AST]:
+        """Annotations written as strings are code a DSL or typing may evaluate: check them as code."""
+        out: list[ast.AST] = []
+        for n in ast.walk(self.tree):
+            notes = [n.annotation] if isinstance(n, (ast.arg, ast.AnnAssign)) else []
+            notes += [n.returns] if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) else []
+            for note in notes:
+                if isinstance(note, ast.Constant) and isinstance(note.value, str):
+                    try:
+                        parsed = ast.parse(note.value.strip(), mode="eval")
+                    except SyntaxError:
+                        self.flag(note, "annotations written as strings must be expressions",
+                                  "string annotation does not parse")
+                        continue
+                    out.append(ast.increment_lineno(parsed, note.lineno - 1))
+        return out
+
+    # -------------------------------------------------------------------------------------------- bindings
+    def _collect(self, nodes: list[ast.AST]) -> None:
+        for n in nodes:
+            if isinstance(n, ast.ClassDef):
+                for stmt in n.body:
+                    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        self.own_private.add(stmt.name)
+                        params = stmt.args.posonlyargs + stmt.args.args
+                        if params and params[0].arg == "self":
+                            self.selves.add(id(params[0]))
+                        if stmt.name in ("__init__", "__post_init__"):
+                            self.in_init.update(id(x) for x in ast.walk(stmt))
+                    targets = stmt.targets if isinstance(stmt, ast.Assign) else \
+                        [stmt.target] if isinstance(stmt, ast.AnnAssign) else []
+                    self.own_private.update(t.id for t in targets if isinstance(t, ast.Name))
+            body = getattr(n, "body", None)
+            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body and \
+                    isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                self.docstrings.add(id(body[0].value))
+            if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store) and _is_self(n.value):
+                self.own_private.add(n.attr)
+        for n in nodes:
+            if isinstance(n, ast.Import):
+                for a in n.names:
+                    name, path = (a.asname, a.name) if a.asname else (a.name.split(".")[0], a.name.split(".")[0])
+                    self._bind(n, name, "import", path)
+                    self.modules.add(name)
+                    if self._allowlisted(path) is None and any(e.startswith(path + ".") for e in self.allowed):
+                        self.packages.add(name)
+            elif isinstance(n, ast.ImportFrom):
+                for a in n.names:
+                    full = f"{n.module}.{a.name}"
+                    if a.name != "*":
+                        self._bind(n, a.asname or a.name, "import", full)
+                    if self._allowlisted(full) == full:
+                        self.modules.add(a.asname or a.name)
+            elif isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
+                self._bind(n, n.id, "other")
+            elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                self._bind(n, n.name, "class" if isinstance(n, ast.ClassDef) else "other")
+            elif isinstance(n, ast.arg):
+                self._bind(n, n.arg, "other")
+            elif isinstance(n, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and n.name:
+                self._bind(n, n.name, "other")
+            elif isinstance(n, ast.MatchMapping) and n.rest:
+                self._bind(n, n.rest, "other")
+
+    def _bind(self, node: ast.AST, name: str, kind: str, path: str | None = None) -> None:
+        kinds = self.bound.setdefault(name, set())
+        if path is not None and self.aliases.setdefault(name, path) != path:
+            self.flag(node, "one name, one import", f"{name} is imported as both {self.aliases[name]} and {path}")
+        if len(kinds | {kind}) > 1 and "import" in kinds | {kind}:
+            self.flag(node, "keep imported names as imported: a rebound module name hides what it stands for",
+                      f"{name} is both imported and rebound")
+        kinds.add(kind)
+        if name == "self" and not (isinstance(node, ast.arg) and id(node) in self.selves):
+            self.flag(node, "self may only be the first parameter of a method", "self bound here")
+        if not isinstance(node, ast.Name) and name in _BUILTINS and name not in SAFE_BUILTINS:
+            self.flag(node, BUILTIN_REASONS.get(name, "not on the builtins allowlist; rename it"),
+                      f"forbidden name {name}")
+
+    # -------------------------------------------------------------------------------------------- checks
+    def _visit(self, n: ast.AST) -> None:
+        if isinstance(n, ast.Import):
+            for a in n.names:
+                self._import(n, a.name)
+        elif isinstance(n, ast.ImportFrom):
+            self._import_from(n)
+        elif isinstance(n, ast.Attribute):
+            if isinstance(n.ctx, (ast.Store, ast.Del)):
+                self._assignment(n)
+            if n.attr == "__init__" and isinstance(n.value, ast.Call) and _is_name(n.value.func, "super"):
+                return
+            self._attribute(n, n.attr, self._origin(n.value), _is_self(n.value))
+        elif isinstance(n, ast.Subscript) and isinstance(n.ctx, (ast.Store, ast.Del)):
+            self._assignment(n)
+        elif isinstance(n, ast.Call):
+            self._call(n)
+        elif isinstance(n, ast.Name):
+            self._name(n)
+        elif isinstance(n, ast.keyword) and n.arg and _DUNDER.fullmatch(n.arg):
+            self.flag(n, "dunder keywords build namespaces by hand", f"keyword argument {n.arg}")
+        elif isinstance(n, ast.MatchClass):
+            for attr in n.kwd_attrs:
+                self._attribute(n, attr, _Origin("unknown"), False)
+        elif isinstance(n, ast.Constant) and isinstance(n.value, (str, bytes)) and id(n) not in self.docstrings:
+            text = n.value if isinstance(n.value, str) else n.value.decode("latin-1")
+            bad = [d for d in _DUNDER_IN_TEXT.findall(text) if d not in _TEXT_DUNDERS]
+            if bad:
+                self.flag(n, "a string naming a dunder can be traversed by str.format or reflection",
+                          f"string constant containing {bad[0]}")
+        elif isinstance(n, ast.ClassDef):
+            self._class(n)
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and _DUNDER.fullmatch(n.name) and \
+                n.name not in _METHOD_DUNDERS:
+            self.flag(n, f"only {', '.join(sorted(_METHOD_DUNDERS))} may be defined: the others hook into torch, "
+                      "pickling or the harness", f"dunder method {n.name}")
+
+    def _import(self, node: ast.AST, path: str) -> bool:
+        top = path.split(".")[0]
+        if top in self.other_dsl:
+            self.flag(node, f"the {self.dsl} variant must not use the {self.other_dsl[top]} DSL",
+                      f"forbidden import {path}")
+            return False
+        self.uses_dsl |= top in DSL_ROOTS[self.dsl]
+        base = self._allowlisted(path)
+        if base is None:
+            self.flag(node, f"not on the {self.dsl} import allowlist: {', '.join(self.allowed)}",
+                      f"forbidden import {path}")
+        parts = path.split(".")
+        for i in range(len(base.split(".")) if base else 1, len(parts)):
+            prefix = ".".join(parts[:i])
+            self._attribute(node, parts[i], _Origin(self._kind(prefix), prefix), False)
+        return True
+
+    def _import_from(self, n: ast.ImportFrom) -> None:
+        if n.level or not n.module:
+            self.flag(n, "relative imports: kernel.py is imported on its own", "relative import")
+            return
+        fulls = [f"{n.module}.{a.name}" for a in n.names]
+        if all(self._allowlisted(f) == f for f in fulls):  # `from cuda.bindings import driver`
+            for f in fulls:
+                self._import(n, f)
+            return
+        if not self._import(n, n.module):
+            return
+        for a, full in zip(n.names, fulls, strict=True):
+            if a.name == "*":
+                self.flag(n, "star imports hide which names are used", f"from {n.module} import *")
+            elif self._allowlisted(full) != full:
+                self._attribute(n, a.name, _Origin(self._kind(n.module), n.module), False)
+
+    def _allowlisted(self, path: str) -> str | None:
+        for entry in self.allowed:
+            base = entry.removesuffix(".*")
+            if path == base or (entry.endswith(".*") and path.startswith(base + ".")):
+                return base
+        return None
+
+    def _kind(self, path: str) -> str:
+        top = path.split(".")[0]
+        if top in DSL_ROOTS[self.dsl]:
+            return "dsl"
+        if path == "cuda.bindings.driver" or path.startswith("cuda.bindings.driver."):
+            return "driver"
+        return "torch" if top == "torch" else "module"
+
+    def _origin(self, node: ast.AST) -> _Origin:
+        parts: list[str] = []
+        through = False
+        while isinstance(node, (ast.Attribute, ast.Call, ast.Subscript)):
+            if isinstance(node, ast.Attribute):
+                parts.append(node.attr)
+                node = node.value
+            else:
+                through = True
+                node = node.func if isinstance(node, ast.Call) else node.value
+        if not isinstance(node, ast.Name):
+            return _Origin("unknown")
+        if node.id == "self":
+            return _Origin("self")
+        if node.id not in self.aliases:
+            return _Origin("local")
+        path = ".".join([self.aliases[node.id], *reversed(parts)])
+        return _Origin(self._kind(path), None if through else path, node.id in self.packages and not through)
+
+    def _attribute(self, node: ast.AST, name: str, origin: _Origin, on_self: bool) -> None:
+        reason = self._attribute_reason(name, origin, on_self)
+        if reason:
+            self.flag(node, reason, f"forbidden attribute .{name}")
+
+    def _attribute_reason(self, name: str, origin: _Origin, on_self: bool) -> str | None:
+        if _DUNDER.fullmatch(name):
+            return "dunder attributes reach interpreter internals (only super().__init__)"
+        if name.startswith("_"):
+            own = on_self and name in self.own_private
+            return None if own else "private attribute: only public API (and self._name this file defines)"
+        if origin.package and origin.path is not None:
+            full = f"{origin.path}.{name}"
+            if any(self._allowlisted(full) is not None or e.startswith(full + ".") for e in self.allowed):
+                return None
+            return f"not on the {self.dsl} import allowlist: {', '.join(self.allowed)}"
+        reason = MODULE_ATTRIBUTES.get(name) or FEATURE_ATTRIBUTES.get(name)
+        reason = reason or next((why for pattern, why in ATTRIBUTE_PATTERNS if pattern.search(name)), None)
+        if reason:
+            return reason
+        if not (origin.kind == "dsl" and origin.path is not None):
+            reason = DSL_ONLY_ATTRIBUTES.get(name) or (_SETTINGS if name.startswith("set_") else None)
+            if reason:
+                return reason
+        if origin.kind in ("torch", "unknown") and name in TORCH_ATTRIBUTES:
+            return TORCH_ATTRIBUTES[name]
+        if origin.kind == "driver" and origin.path is not None and name not in DRIVER_NAMES:
+            return f"the cuda driver API launches, times and loads code behind the DSL: only {', '.join(sorted(DRIVER_NAMES))}"
+        return None
+
+    def _assignment(self, target: ast.Attribute | ast.Subscript) -> None:
+        base: ast.AST = target
+        while isinstance(base, ast.Subscript):
+            base = base.value
+        if isinstance(base, ast.Name) or (base is not target and isinstance(base, ast.Call)):
+            return  # `_FNS[key] = fn`, `out.view(-1)[i] = v`: a container or view of your own
+        if isinstance(base, ast.Attribute) and _is_self(base.value):
+            if base is not target or id(target) in self.in_init:
+                return
+        self.flag(target, "patching objects: assign self.<name> in __init__ (then self.<name>[key] anywhere) or "
+                  "a name of your own", f"assignment to {_unparse(target)}")
+
+    def _call(self, n: ast.Call) -> None:
+        func = n.func
+        if not isinstance(func, ast.Name) or func.id not in ("getattr", "hasattr", "type", "super"):
+            return
+        if func.id == "super":
+            ok = not n.args or (len(n.args) == 2 and _is_self(n.args[1]))
+        elif func.id == "type":
+            ok = len(n.args) == 1 and not n.keywords
+        else:
+            name = n.args[1] if len(n.args) in (2, 3) else None
+            ok = isinstance(name, ast.Constant) and isinstance(name.value, str) and not n.keywords
+            if ok:
+                assert isinstance(name, ast.Constant)
+                self._attribute(n, name.value, self._origin(n.args[0]), _is_self(n.args[0]))
+        if ok:
+            self.ok_calls.add(id(func))
+
+    def _name(self, n: ast.Name) -> None:
+        if _DUNDER.fullmatch(n.id):
+            if n.id not in _NAME_DUNDERS:
+                self.flag(n, "dunder names reach interpreter internals (only __name__, __file__)",
+                          f"forbidden name {n.id}")
+        elif n.id in _BUILTINS and n.id not in SAFE_BUILTINS and id(n) not in self.ok_calls:
+            self.flag(n, BUILTIN_REASONS.get(n.id, "not on the builtins allowlist"), f"forbidden name {n.id}")
+        elif n.id in self.modules and not self._module_use(n):
+            self.flag(n, f"a module may only be used as {n.id}.<name> or {n.id}(...): bind the attribute you need",
+                      f"module {n.id} used as a value")
+        elif isinstance(n.ctx, ast.Load) and n.id not in self.bound and n.id not in _BUILTINS:
+            self.flag(n, f"never defined in {self.filename}: the harness's names are not reachable",
+                      f"undefined name {n.id}")
+
+    def _module_use(self, n: ast.Name) -> bool:
+        parent = self.parents.get(id(n))
+        return isinstance(n.ctx, ast.Load) and (
+            (isinstance(parent, ast.Attribute) and parent.value is n)
+            or (isinstance(parent, ast.Call) and (parent.func is n or (id(parent.func) in self.ok_calls
+                                                                       and parent.args[0] is n)))
+            or n in getattr(parent, "decorator_list", ()))
+
+    def _class(self, n: ast.ClassDef) -> None:
+        for kw in n.keywords:
+            self.flag(n, "metaclasses and class keywords hook class creation", f"class keyword {kw.arg or '**'}")
+        for base in n.bases:
+            expr = base.value if isinstance(base, ast.Subscript) else base
+            kinds = self.bound.get(expr.id, set()) if isinstance(expr, ast.Name) else set()
+            origin = self._origin(expr) if isinstance(expr, (ast.Name, ast.Attribute)) else _Origin("unknown")
+            if (isinstance(expr, ast.Name) and ((kinds == {"class"}) or (not kinds and expr.id in SAFE_BUILTINS))) \
+                    or origin.path in ALLOWED_BASES:
+                continue
+            text = _unparse(base)
+            why = "outputs must be plain tensors" if text.endswith("Tensor") else \
+                "no torch function/dispatch modes" if text.endswith("Mode") else \
+                f"bases allowed: builtins, this file's classes, {', '.join(ALLOWED_BASES)}"
+            self.flag(n, why, f"forbidden base class {text}")
 
 
-def check_source(source: bytes | str, dsl: str) -> StaticResult:
-    """Apply every static rule for the `dsl` variant."""
+def _is_name(node: ast.AST, name: str) -> bool:
+    return isinstance(node, ast.Name) and node.id == name
+
+
+def _is_self(node: ast.AST) -> bool:
+    return _is_name(node, "self")
+
+
+def _unparse(node: ast.AST) -> str:
+    try:
+        text = ast.unparse(node)
+    except (RecursionError, ValueError):
+        text = type(node).__name__
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _defines_solve(tree: ast.Module) -> bool:
+    return any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "solve" for n in tree.body) or \
+        any(isinstance(n, ast.Assign) and any(_is_name(t, "solve") for t in n.targets) for n in tree.body)
+
+
+def check_source(source: bytes | str, dsl: str, filename: str = "kernel.py") -> StaticResult:
+    """Apply every static rule for the `dsl` variant; messages call the file `filename`."""
     raw = source.encode("utf-8") if isinstance(source, str) else source
     if len(raw) > MAX_BYTES:
-        return StaticResult(problem=f"kernel.py is {len(raw)} bytes; the limit is {MAX_BYTES} (300 KB)",
+        return StaticResult(problem=f"{filename} is {len(raw)} bytes; the limit is {MAX_BYTES} (300 KB)",
                             status="rule_violation")
     try:
-        text = raw.decode("utf-8")
-        tree = ast.parse(text, filename="kernel.py")
+        tree = ast.parse(raw.decode("utf-8"), filename=filename)
     except UnicodeDecodeError:
-        return StaticResult(problem="kernel.py is not UTF-8 text", status="compile_error")
+        return StaticResult(problem=f"{filename} is not UTF-8 text", status="compile_error")
     except SyntaxError as exc:
-        return StaticResult(problem=f"kernel.py does not parse: line {exc.lineno}: {exc.msg}", status="compile_error")
-    found: list[Violation] = []
-    imported_roots: set[str] = set()
-    aliases: dict[str, str] = {}  # local name -> dotted module path it stands for
-    other_dsl = {root: key for key, roots in DSL_ROOTS.items() if key != dsl for root in roots}
-
-    def check_module(name: str, line: int) -> None:
-        imported_roots.add(name.split(".")[0])
-        rule = _module_rule(name)
-        if rule:
-            found.append(Violation(line, rule, f"forbidden import {name}"))
-        root = name.split(".")[0]
-        if root in other_dsl:
-            found.append(Violation(line, f"the {dsl} variant must not use the {other_dsl[root]} DSL",
-                                   f"forbidden import {name}"))
-
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                check_module(alias.name, node.lineno)
-                aliases[(alias.asname or alias.name).split(".")[0]] = alias.name if alias.asname else \
-                    alias.name.split(".")[0]
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                found.append(Violation(node.lineno, "relative imports", "relative import"))
-                continue
-            module = node.module or ""
-            check_module(module, node.lineno)
-            for alias in node.names:
-                full = f"{module}.{alias.name}"
-                if _module_rule(full) and not _module_rule(module):
-                    check_module(full, node.lineno)
-                aliases[alias.asname or alias.name] = full
-                _check_attr(full, node.lineno, found)
-        elif isinstance(node, ast.Attribute):
-            dotted = _dotted(node)
-            if dotted:
-                head, _, rest = dotted.partition(".")
-                expanded = f"{aliases[head]}.{rest}" if head in aliases and rest else dotted
-                _check_attr(expanded, node.lineno, found)
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            rule = FORBIDDEN_CALLS.get(node.func.id)
-            if rule and node.func.id not in aliases:
-                found.append(Violation(node.lineno, rule, f"forbidden call {node.func.id}()"))
-    if not any(root in imported_roots for root in DSL_ROOTS[dsl]):
-        found.append(Violation(1, f"the {dsl} variant must use its DSL",
-                               f"kernel.py never imports {' or '.join(DSL_ROOTS[dsl])}"))
-    if not any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "solve" for n in tree.body) \
-            and not any(isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "solve"
-                                                          for t in n.targets) for n in tree.body):
-        return StaticResult(tuple(_dedupe(found)), problem="kernel.py defines no top-level solve(*inputs)",
+        return StaticResult(problem=f"{filename} does not parse: line {exc.lineno}: {exc.msg}",
                             status="compile_error")
-    unique = _dedupe(found)
-    return StaticResult(tuple(unique), status="rule_violation" if unique else None)
-
-
-def _check_attr(dotted: str, line: int, found: list[Violation]) -> None:
-    parts = dotted.split(".")
-    for pattern, rule in FORBIDDEN_ATTRIBUTES.items():
-        pat = pattern.split(".")
-        for i in range(len(parts) - len(pat) + 1):
-            if parts[i:i + len(pat)] == pat:
-                # `reference`/`make_inputs`/`seed` as an attribute of an unrelated object is fine; as a bare
-                # module attribute of the problem it is not — only flag them at the head of a chain.
-                if pattern in ("reference", "make_inputs") and i != 0:
-                    continue
-                found.append(Violation(line, rule, f"forbidden use of {dotted}"))
-                return
+    except (ValueError, RecursionError, MemoryError) as exc:
+        return StaticResult(problem=f"{filename} does not parse: {exc}", status="compile_error")
+    try:
+        found = _Checker(tree, dsl, filename).run()
+    except RecursionError:
+        found = [Violation(1, "nesting too deep to check", f"{filename} is too deeply nested", filename)]
+    if not _defines_solve(tree):
+        return StaticResult(tuple(found), problem=f"{filename} defines no top-level solve(*inputs)",
+                            status="compile_error")
+    return StaticResult(tuple(found), status="rule_violation" if found else None)
 
 
 def _dedupe(found: list[Violation]) -> list[Violation]:

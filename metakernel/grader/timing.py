@@ -18,7 +18,6 @@ from typing import Any
 
 import torch
 
-from metakernel.expected import fresh_copies
 from metakernel.grader.report import Timing
 from metakernel.problem import Problem
 
@@ -26,68 +25,56 @@ from metakernel.problem import Problem
 PROFILE_BYTES = 8 << 30
 
 
+def seeded_draw(problem: Problem, device: str, scale: str) -> tuple[int, list[Any]]:
+    """One draw of inputs from an unpredictable seed (made in the parent; the candidate never sees the seed),
+    with that seed, which the report keeps so a `wrong` can be reproduced after grading."""
+    seed = secrets.randbits(62)
+    torch.manual_seed(seed)
+    return seed, problem.make_inputs(device=device, scale=scale)
+
+
 def fresh_draw(problem: Problem, device: str, scale: str) -> list[Any]:
-    """One draw of inputs from an unpredictable seed (made in the parent; the candidate never sees the seed)."""
-    torch.manual_seed(secrets.randbits(62))
-    return problem.make_inputs(device=device, scale=scale)
-
-
-def profile_draws(problem: Problem, device: str, scale: str, count: int) -> list[list[Any]]:
-    """Up to `count` fresh draws for one profiling request, fewer when their inputs would pass PROFILE_BYTES."""
-    draws = [fresh_copies(problem, fresh_draw(problem, device, scale))]
-    per_draw = sum(x.numel() * x.element_size() for x in draws[0] if isinstance(x, torch.Tensor))
-    while len(draws) < count and per_draw * (len(draws) + 1) <= PROFILE_BYTES:
-        draws.append(fresh_copies(problem, fresh_draw(problem, device, scale)))
-    return draws
-
-
-def profile_request(problem: Problem, device: str, scale: str, count: int) -> dict[str, Any]:
-    """The child's profile request (child.Child.profile): one call on each of `profile_draws`' draws."""
-    return {"op": "profile", "draws": profile_draws(problem, device, scale, count), "repeats": 1}
+    """One draw of inputs from an unpredictable seed."""
+    return seeded_draw(problem, device, scale)[1]
 
 
 #: Draws per profiling request: the unit whose mean GPU time `profile_kernels` compares between requests. Small,
 #: so that the minimum of 24 draws gives 8 request means and the spread estimate 7 degrees of freedom: with 2
 #: requests of 6, one grading of problem 01 (TIRx) stopped at 12 draws on an estimate of 0.24 % where 48 draws of
-#: it measure 0.66 % (validation/h200-grader-bench-gpuonly2.json).
+#: it measure 0.66 % (validation/h200-grader-bench-gpuonly2.json). The child's arenas hold this many draws.
 PROFILE_CHUNK = 3
 
 
-def profile_kernels(worker: Any, problem: Problem, device: str, scale: str, options: Any) -> dict[str, Any]:
+def profile_kernels(send: Callable[[int], dict[str, Any]], options: Any) -> dict[str, Any]:
     """Profile fresh draws in requests of PROFILE_CHUNK until the mean GPU time per call is known to `profile_rse`.
 
     A kernel whose work depends on the draw (paged attention over random page lengths: the longest request sets
     the time) moved 2-3.4 % between two gradings when its GPU-only time was the mean of 6 draws, 0.1-0.4 % (CuTe)
     with 48; a fixed-work kernel's requests agree to 0.02 %. So the count adapts (GradeOptions): at least
     `profile_draws`, then more until the standard error of the request means is under `profile_rse` of their mean,
-    at most `profile_max_draws`. `worker` is the child's (candidate or baseline) `Worker`. Returns the child's
-    reply shape with kernels merged by name (µs per call), `repeats` = calls profiled and `rse` of the GPU-time
-    mean (None from a single request); a failed request's reply is returned as is.
+    at most `profile_max_draws`. `send(count)` makes one profile request of `count` fresh draws (the caller places
+    them, checks their outputs and raises on a failed reply) and returns the child's reply. Returns the reply shape
+    with kernels merged by name (µs per call), `repeats` = calls profiled and `rse` of the GPU-time mean (None from
+    a single request).
     """
     per_name: dict[str, float] = {}
     names: set[str] = set()
     chunk_us: list[tuple[int, float]] = []
-    launches = 0.0
     calls = 0
     rse = float("inf")
     while calls < options.profile_max_draws:
-        count = min(PROFILE_CHUNK, options.profile_max_draws - calls)
-        reply = worker.request(profile_request(problem, device, scale, count), timeout=options.call_timeout_s)
-        if not reply.get("ok"):
-            return reply
+        reply = send(min(PROFILE_CHUNK, options.profile_max_draws - calls))
         n = int(reply.get("repeats") or 1)
         for name, us in reply.get("kernels", []):
             per_name[name] = per_name.get(name, 0.0) + float(us) * n
         names.update(reply.get("kernel_names", []))
-        launches += float(reply.get("launches") or 0.0) * n
         chunk_us.append((n, sum(float(us) for _, us in reply.get("kernels", []))))
         calls += n
         rse = _chunk_rse(chunk_us)
         if calls >= options.profile_draws and rse <= options.profile_rse:
             break
     return {"ok": True, "kernels": [(name, total / calls) for name, total in per_name.items()],
-            "kernel_names": sorted(names), "launches": launches / calls, "repeats": calls,
-            "rse": rse if math.isfinite(rse) else None}
+            "kernel_names": sorted(names), "repeats": calls, "rse": rse if math.isfinite(rse) else None}
 
 
 def _chunk_rse(chunks: list[tuple[int, float]]) -> float:
@@ -103,7 +90,7 @@ def _chunk_rse(chunks: list[tuple[int, float]]) -> float:
 
 
 #: What `measure(keep_draws=True)` records per draw (in µs, as `<key>_us`); the child's reply carries `<key>_s`.
-PER_DRAW = ("event", "probe", "probe_before", "probe_after", "probe_torch")
+PER_DRAW = ("event", "probe", "probe_before", "probe_after")
 
 
 def replay_gate(per_draw: dict[str, list[float | None]], probe: str, gate: float,
@@ -189,8 +176,8 @@ def host_fast_level_us(seconds: float, gap_s: float = 0.002) -> float:
 
 
 def bracket_settings(options: Any) -> dict[str, Any]:
-    """What the child's timed bracket takes from a GradeOptions (candidates and baselines are timed alike)."""
-    return {"flush_l2": options.flush_l2, "spin_ms": options.spin_ms, "probe_torch": options.keep_draws}
+    """What the child's bracket takes from a GradeOptions (every call of candidates and baselines alike)."""
+    return {"flush_l2": options.flush_l2, "spin_ms": options.spin_ms}
 
 
 def knobs(options: Any) -> dict[str, Any]:

@@ -1,7 +1,11 @@
-"""The parent's handle on one child process: start it, send requests with timeouts, survive whatever it does.
+"""The parent's handle on one child process: start it in its sandbox, send requests, survive whatever it does.
 
 A child that crashes (segfault, illegal address, `os._exit`), hangs past its timeout or sends garbage turns into a
 `WorkerFailure` with the right status; the parent's own state — including its CUDA context — is untouched.
+
+The child gets a private work dir holding its copy of the kernel (or problem) file, an isolation plan
+(`sandbox.make_plan`), one end of a socketpair (no filesystem path, no network), and on the GPU two arenas
+(`transport`) sized for `slots` draws of this problem: the only parent memory it can map.
 """
 
 from __future__ import annotations
@@ -9,33 +13,32 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from multiprocessing.connection import Connection, Listener
+from dataclasses import asdict
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-import torch.multiprocessing as _tmp
-
-# Tensors cross the socket through torch's reductions: CUDA IPC handles for GPU tensors, and shared-memory files
-# by name for CPU tensors (the default file-descriptor strategy needs a parent/child pair made by multiprocessing).
-_tmp.set_sharing_strategy("file_system")
+from metakernel.grader import sandbox, transport
 
 _SECRET = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL|AUTH)", re.IGNORECASE)
+_PROTECTED = False
 
 
 class WorkerFailure(Exception):
     """The child failed in a way that ends this evaluation."""
 
-    def __init__(self, status: str, text: str) -> None:
+    def __init__(self, status: str, text: str, reason: str = "") -> None:
         super().__init__(text)
         self.status = status
         self.text = text
+        self.reason = reason
 
 
 def scrubbed_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -43,104 +46,118 @@ def scrubbed_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not _SECRET.search(k)}
     env.update(extra or {})
     env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
-
-
-def _no_address_randomisation() -> None:
-    """Runs in the forked child before exec: turn address-space randomisation off (personality ADDR_NO_RANDOMIZE).
-
-    For the timing study (`scripts/bench_timing_modes.py --alternate layout`): does a child's memory layout explain
-    why two gradings of one kernel differ? Measured on the H200, no (validation/h200-timing-layout.json: 12-26 %
-    between children without randomisation, 15-34 % with it), so grading leaves it on.
-    """
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    current = libc.personality(0xFFFFFFFF)
-    if current != -1:
-        libc.personality(current | 0x0040000)
 
 
 class Worker:
     """One fresh child process serving one evaluation."""
 
     def __init__(self, *, kind: str, path: Path, device: str, dsl: str | None = None, dry_run: bool = False,
-                 env: dict[str, str] | None = None, start_timeout: float = 300.0, fixed_layout: bool = False) -> None:
-        self.kind, self.path, self.device, self.dsl, self.dry_run = kind, Path(path).resolve(), device, dsl, dry_run
-        self.fixed_layout = fixed_layout
+                 env: dict[str, str] | None = None, start_timeout: float = 300.0, in_bytes: int = 0,
+                 out_bytes: int = 0, slots: int = 1, require_isolation: bool | None = None) -> None:
+        self.kind, self.source, self.device, self.dsl, self.dry_run = kind, Path(path).resolve(), device, dsl, dry_run
         self.env = env or {}
         self.start_timeout = start_timeout
-        self.tmp = tempfile.TemporaryDirectory(prefix="mk-worker-")
-        self.log_path = Path(self.tmp.name) / "child.log"
+        self.slots = max(1, slots)
+        self.in_slot = transport.aligned(max(in_bytes, 1)) + transport.ALIGN
+        self.out_slot = transport.aligned(max(out_bytes, 1)) + transport.ALIGN
+        self.require_isolation = require_isolation
+        self.tmp = Path(tempfile.mkdtemp(prefix="mk-worker-"))
+        self.work = self.tmp / "work"
+        self.work.mkdir()
+        self.path = self.work / "src" / self.source.name  # not on the import path: a kernel.py named token.py
+        # must not shadow the standard library
+        self.log_path = self.tmp / "child.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.conn: Connection | None = None
         self.ready: dict[str, Any] = {}
+        self.isolation: dict[str, Any] = {}
+        self.arena_in: Any = None
+        self.arena_out: Any = None
+        self._pools: list[Any] = []
 
     # ------------------------------------------------------------------------------------------ lifecycle
+    def _arenas(self) -> dict[str, Any]:
+        if self.device != "cuda":
+            return {}
+        driver = transport.Driver()
+        self.arena_in, pool_in = transport.allocate_arena(self.in_slot * self.slots)
+        self.arena_out, pool_out = transport.allocate_arena(self.out_slot * self.slots)
+        self._pools = [pool_in, pool_out]
+        return {"in": transport.export_arena(driver, self.arena_in),
+                "out": transport.export_arena(driver, self.arena_out)}
+
     def start(self) -> dict[str, Any]:
-        """Spawn the child and wait until it has imported the DSL and the kernel; returns its ready message."""
-        address = str(Path(self.tmp.name) / "sock")
-        authkey = secrets.token_bytes(32)
-        listener = Listener(address=address, family="AF_UNIX", authkey=authkey)
+        """Spawn the child and wait until it has entered its sandbox and imported the DSL and the kernel."""
+        global _PROTECTED
+        if not _PROTECTED:
+            sandbox.protect_parent()
+            _PROTECTED = True
+        self.path.parent.mkdir()
+        shutil.copyfile(self.source, self.path)
+        os.chmod(self.path, 0o644)
+        extra = [self.env[k] for k in ("CUDA_PATH",) if self.env.get(k)]
+        allow = (not self.require_isolation) if self.require_isolation is not None else None
+        plan = sandbox.make_plan(self.work, extra_binds=extra, allow_unsandboxed=allow)
+        if plan.mode == "uid":
+            os.chown(self.path.parent, plan.uid, plan.gid)
+            os.chown(self.path, plan.uid, plan.gid)
+        arenas = self._arenas()
+        ours, theirs = socket.socketpair()
         log = open(self.log_path, "wb")  # noqa: SIM115 - closed in close()
         self._log = log
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "metakernel.grader.child"], stdin=subprocess.PIPE, stdout=log,
-            stderr=subprocess.STDOUT, env=scrubbed_environment(self.env), cwd=self.tmp.name,
-            start_new_session=True, preexec_fn=_no_address_randomisation if self.fixed_layout else None)
-        config = {"address": address, "authkey": authkey.hex(), "kind": self.kind, "path": str(self.path),
-                  "device": self.device, "dsl": self.dsl, "dry_run": self.dry_run}
+        config = {"fd": theirs.fileno(), "plan": asdict(plan), "kind": self.kind, "path": str(self.path),
+                  "device": self.device, "dsl": self.dsl, "dry_run": self.dry_run, "arenas": arenas,
+                  "slot_bytes": self.out_slot}
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-P", "-m", "metakernel.grader.child"], stdin=subprocess.PIPE, stdout=log,
+                stderr=subprocess.STDOUT, env=scrubbed_environment(self.env), cwd=str(self.work),
+                start_new_session=True, pass_fds=[theirs.fileno()])
+        finally:
+            theirs.close()
+        self.conn = Connection(ours.detach())
         assert self.proc.stdin is not None
         self.proc.stdin.write((json.dumps(config) + "\n").encode())
         self.proc.stdin.close()
-        accepted: list[Connection] = []
-        thread = threading.Thread(target=lambda: accepted.append(listener.accept()), daemon=True)
-        thread.start()
-        deadline = time.monotonic() + self.start_timeout
-        while thread.is_alive() and time.monotonic() < deadline and self.proc.poll() is None:
-            thread.join(0.05)
-        if not accepted:
-            listener.close()
-            self.kill()
-            if self.proc.returncode not in (None, -signal.SIGKILL):
-                raise WorkerFailure("infra_error", f"the grading process exited early:\n{self.log_tail()}")
-            raise WorkerFailure("infra_error", f"the grading process did not start in {self.start_timeout:.0f} s")
-        listener.close()
-        self.conn = accepted[0]
-        reply = self._receive(self.start_timeout, phase="importing the kernel")
+        reply = self._receive(self.start_timeout, phase="starting the grading process")
+        self.isolation = reply.get("isolation") or {}
         if not reply.get("ok"):
             self.close()
-            raise WorkerFailure(reply.get("status", "compile_error"), reply.get("error", ""))
+            raise WorkerFailure(reply.get("status", "compile_error"), reply.get("error", ""),
+                                reply.get("reason", ""))
         self.ready = reply
         return reply
 
-    def request(self, msg: dict[str, Any], timeout: float) -> dict[str, Any]:
-        """Send one request and wait for its reply (a failed reply is returned, not raised)."""
+    def request(self, msg: dict[str, Any], timeout: float, blobs: list[bytes] | None = None) -> dict[str, Any]:
+        """Send one request and wait for its reply (a failed reply is returned, not raised); blobs in `_blobs`."""
         assert self.conn is not None
         try:
-            self.conn.send(msg)
+            transport.send(self.conn, msg, blobs)
         except (BrokenPipeError, ConnectionResetError, OSError) as exc:
             raise self._crashed(f"could not send the request ({exc})") from exc
         return self._receive(timeout, phase=msg.get("op", "request"))
 
     def _receive(self, timeout: float, phase: str) -> dict[str, Any]:
         assert self.conn is not None
-        try:
-            ready = self.conn.poll(timeout)
-        except (EOFError, OSError) as exc:
-            raise self._crashed(str(exc)) from exc
-        if not ready:
-            self.kill()
-            raise WorkerFailure("timeout", f"no answer within {timeout:.0f} s while {phase} (killed)")
-        try:
-            reply = self.conn.recv()
-        except (EOFError, ConnectionResetError, OSError) as exc:
-            raise self._crashed("the connection closed") from exc
-        except Exception as exc:  # noqa: BLE001 - an unpicklable or corrupt reply
-            raise WorkerFailure("runtime_error", f"unreadable reply from the candidate process: {exc}") from exc
-        if not isinstance(reply, dict):
-            raise WorkerFailure("runtime_error", "malformed reply from the candidate process")
-        return reply
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                got = transport.receive(self.conn, timeout=min(0.5, max(0.0, deadline - time.monotonic())))
+            except (EOFError, ConnectionResetError, OSError) as exc:
+                raise self._crashed("the connection closed") from exc
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise WorkerFailure("runtime_error", f"unreadable reply from the candidate process: {exc}") from exc
+            if got is not None:
+                reply, blobs = got
+                reply["_blobs"] = blobs
+                return reply
+            if self.proc is not None and self.proc.poll() is not None:
+                raise self._crashed("it exited")
+            if time.monotonic() >= deadline:
+                self.kill()
+                raise WorkerFailure("timeout", f"no answer within {timeout:.0f} s while {phase} (killed)")
 
     def _crashed(self, why: str) -> WorkerFailure:
         assert self.proc is not None
@@ -164,6 +181,48 @@ class Worker:
             return ""
         return data[-limit:].decode("utf-8", errors="replace")
 
+    # ------------------------------------------------------------------------------------------ tensors
+    def place(self, draws: list[list[Any]]) -> tuple[list[list[Any]], list[list[Any]], list[bytes]]:
+        """Put draws of inputs where the child reads them: (views it will see, specs, blobs).
+
+        GPU: copies into the input arena, one slot per draw (the views are the arena's, so in-place updates are
+        visible here). CPU: by value.
+        """
+        views: list[list[Any]] = []
+        specs: list[list[Any]] = []
+        blobs: list[bytes] = []
+        for slot, values in enumerate(draws):
+            if self.device == "cuda":
+                if slot >= self.slots:
+                    raise RuntimeError("more draws than arena slots")
+                placed, spec, _ = transport.place(values, self.arena_in, slot * self.in_slot)
+                views.append(placed)
+                specs.append(spec)
+            else:
+                copies = [v.clone() if hasattr(v, "clone") else v for v in values]
+                views.append(copies)
+                specs.append([transport.pack_value(v, blobs) for v in copies])
+        if self.device == "cuda":
+            import torch
+
+            torch.cuda.synchronize()
+        return views, specs, blobs
+
+    def outputs(self, spec: dict[str, Any], blobs: list[bytes]) -> Any:
+        """The returned structure of one call, its tensors as views of the output arena (GPU) or values (CPU)."""
+        leaves = [transport.unpack_value(s, blobs, self.arena_out) for s in spec["leaves"]]
+
+        def build(node: dict[str, Any]) -> Any:
+            if "leaf" in node:
+                return leaves[int(node["leaf"])]
+            if "seq" in node:
+                items = [build(n) for n in node["items"]]
+                return tuple(items) if node["seq"] == "tuple" else items
+            return node.get("v")
+
+        return build(spec["tree"])
+
+    # ------------------------------------------------------------------------------------------ ending
     def kill(self) -> None:
         """Kill the child and everything it started."""
         if self.proc is not None and self.proc.poll() is None:
@@ -174,10 +233,10 @@ class Worker:
             self.proc.wait(timeout=30)
 
     def close(self) -> None:
-        """Ask the child to exit, then make sure it did; remove the temporary folder."""
+        """Ask the child to exit, then make sure it did; free the arenas and remove the temporary folder."""
         if self.conn is not None and self.proc is not None and self.proc.poll() is None:
             try:
-                self.conn.send({"op": "exit"})
+                transport.send(self.conn, {"op": "exit"})
                 self.conn.poll(10)
             except (OSError, EOFError):
                 pass
@@ -191,10 +250,17 @@ class Worker:
                 self.kill()
         if hasattr(self, "_log"):
             self._log.close()
-        self.tmp.cleanup()
+        self.arena_in = self.arena_out = None
+        self._pools = []
+        _remove_tree(self.tmp)
 
     def __enter__(self) -> Worker:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _remove_tree(path: Path) -> None:
+    """Remove a worker's folder, whatever the child left in it (its files belong to the child's uid)."""
+    shutil.rmtree(path, ignore_errors=True)
