@@ -55,7 +55,8 @@ def discover(root: Path | None = None) -> list[Solution]:
         if kind_dir not in ("correct", "wrong"):
             continue
         number = int(path.parent.parent.name[:2])
-        dsl = path.stem.split("_")[0]
+        parts = path.stem.split("_")
+        dsl = parts[1] if parts[0] == "rt" and len(parts) > 1 else parts[0]  # rt_<dsl>_...: the red-team corpus
         if kind_dir == "correct":
             found.append(Solution(path, number, dsl, "gold", "passed", ""))
             continue
@@ -87,4 +88,6 @@ def entry(solution: Solution, report: Any) -> dict[str, Any]:
         "timing_spread": {"rse": timing.rse, "stdev_us": timing.stdev_us, "min_us": timing.min_us, "n": timing.n}
         if timing else None,
         "integrity": report.integrity, "phases_s": report.phases_s,
+        "rechecks": report.rechecks, "ablations": report.ablations, "seed": report.seed,
+        "kernels": report.kernels[:12], "isolation": report.isolation, "protocol": report.protocol,
     }

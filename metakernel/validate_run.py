@@ -163,6 +163,7 @@ def run_gold_validation(selection: str, *, device: str, as_json: bool, report_pa
 
     from metakernel import gold
     from metakernel.grader.evaluate import GradeOptions, PendingWorker, dry_run, grade
+    from metakernel.grader.report import PROTOCOL
     from metakernel.grader.static import check_source
 
     if device == "cuda" and not torch.cuda.is_available():
@@ -187,7 +188,7 @@ def run_gold_validation(selection: str, *, device: str, as_json: bool, report_pa
 
     def todo(sol: gold.Solution) -> bool:
         previous = data["solutions"].get(sol.key)
-        return not (previous and previous.get("sha256") == sol.sha256 and
+        return not (previous and previous.get("sha256") == sol.sha256 and previous.get("protocol") == PROTOCOL and
                     previous.get("problem", {}).get("content_hash") == catalog.problem(sol.number).content_hash)
 
     pending = [s for s in solutions if todo(s)]

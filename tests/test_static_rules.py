@@ -129,10 +129,12 @@ def test_the_other_dsl_is_forbidden_and_own_dsl_required() -> None:
 
 # ------------------------------------------------------------------------------------------------ imports
 @pytest.mark.parametrize("snippet, dsl", [
-    ("import os", "cute"), ("import numpy as np", "cute"), ("import triton", "cute"), ("import triton.language", "cute"),
+    ("import os", "cute"), ("import numpy as np", "cute"), ("import triton", "cute"),
+    ("import triton.language", "cute"),
     ("import cuda", "cute"), ("import cuda.bindings.runtime", "cute"), ("from cuda.bindings import nvrtc", "cute"),
     ("import cutlass.torch", "cute"), ("import cupy", "cute"), ("from metakernel import compare", "cute"),
-    ("import reference", "cute"), ("import torch.utils.cpp_extension", "cute"), ("from torch.cuda import Event", "cute"),
+    ("import reference", "cute"), ("import torch.utils.cpp_extension", "cute"),
+    ("from torch.cuda import Event", "cute"),
     ("import torch.cuda", "cute"), ("import tvm.relax", "tirx"), ("import tvm.contrib.cublas", "tirx"),
     ("import tvm_ffi", "tirx"), ("import cuda.bindings.driver", "tirx"), ("import collections.abc as a, os", "cute"),
 ])
@@ -185,14 +187,14 @@ def test_allowlisted_imports_pass() -> None:
     assert "cutlass.cute.*" in ALLOWED_IMPORTS["cute"] and "tvm.script.tirx.*" in ALLOWED_IMPORTS["tirx"]
 
 
-@pytest.mark.parametrize("snippet", [
-    "import cuda.bindings.driver as cu\ncu.cuLaunchKernel(0)",
-    "import cuda.bindings.driver as cu\nr = cu.cuEventElapsedTime",
-    "import cuda.bindings.driver\ns = cuda.bindings.runtime.cudaMalloc",
-    "import cuda.bindings.driver\ns = cuda.bindings.nvrtc",
+@pytest.mark.parametrize("snippet, needle", [
+    ("import cuda.bindings.driver as cu\ncu.cuLaunchKernel(0)", "forbidden attribute .cuLaunchKernel"),
+    ("import cuda.bindings.driver as cu\nr = cu.cuEventElapsedTime", "forbidden attribute .cuEventElapsedTime"),
+    ("from cuda.bindings import driver\nr = driver.cuModuleLoadData", "forbidden attribute .cuModuleLoadData"),
+    ("import cuda.bindings.driver\ns = cuda.bindings.runtime.cudaMalloc", "without `as`"),
 ])
-def test_the_cuda_driver_allows_only_its_stream_names(snippet: str) -> None:
-    rejected(snippet, "forbidden attribute")
+def test_the_cuda_driver_allows_only_its_stream_names(snippet: str, needle: str) -> None:
+    rejected(snippet, needle)
 
 
 # ------------------------------------------------------------------------------------------------ builtins
@@ -332,7 +334,8 @@ def test_dunders_are_refused(snippet: str, needle: str) -> None:
 
 @pytest.mark.parametrize("snippet, dsl", [
     ("c = torch._C", "cute"), ("a = torch._foreach_add", "cute"), ("a = torch.ops.aten._softmax", "cute"),
-    ("b = x._base", "cute"), ("v = x._version", "cute"), ("m = cute._mlir", "cute"), ("m = cutlass.base_dsl._x", "cute"),
+    ("b = x._base", "cute"), ("v = x._version", "cute"), ("m = cute._mlir", "cute"),
+    ("m = cutlass.base_dsl._x", "cute"),
     ("s = f()._secret", "cute"), ("s = x[0]._y", "cute"), ("f = Tx._ffi", "tirx"), ("f = tvm._ffi", "tirx"),
     ("class A:\n    def m(self):\n        return self._undefined", "cute"),
     ("class A:\n    def __init__(self):\n        self._c = torch\n    def m(self):\n        return self._c._x", "cute"),
@@ -362,7 +365,8 @@ def test_own_private_names_pass() -> None:
 # ------------------------------------------------------------------------------------------------ files
 @pytest.mark.parametrize("snippet, needle", [
     ("t = torch.load('w.pt')", ".load"), ("torch.save(x, 'w.pt')", ".save"), ("t = torch.from_file('f')", ".from_file"),
-    ("import numpy as np\na = np.fromfile('f')", ".fromfile"), ("s = torch.UntypedStorage.from_file('f')", ".from_file"),
+    ("import numpy as np\na = np.fromfile('f')", ".fromfile"),
+    ("s = torch.UntypedStorage.from_file('f')", ".from_file"),
     ("s = x.untyped_storage().from_file('f')", ".from_file"), ("t = (lambda: 0)().load('f')", ".load"),
     ("t = torch.serialization.load('f')", ".serialization"), ("m = torch.hub.load('a', 'b')", ".hub"),
     ("x.cpu().numpy().tofile('f')", ".numpy"), ("t = torch\ny = t.load('f')", "module torch used as a value"),
@@ -382,8 +386,10 @@ def test_load_on_dsl_and_local_values_passes() -> None:
 
 # ------------------------------------------------------------------------------------------------ other routes
 @pytest.mark.parametrize("snippet, dsl", [
-    ("g = torch.cuda.graphs", "cute"), ("g = torch.cuda.CUDAGraph()", "cute"), ("with torch.cuda.graph(g):\n    pass", "cute"),
-    ("m = torch.cuda.make_graphed_callables(f, (x,))", "cute"), ("c = torch.cuda.is_current_stream_capturing()", "cute"),
+    ("g = torch.cuda.graphs", "cute"), ("g = torch.cuda.CUDAGraph()", "cute"),
+    ("with torch.cuda.graph(g):\n    pass", "cute"),
+    ("m = torch.cuda.make_graphed_callables(f, (x,))", "cute"),
+    ("c = torch.cuda.is_current_stream_capturing()", "cute"),
     ("from torch.utils import cpp_extension", "cute"), ("m = torch.utils.cpp_extension.load_inline('a', 'b')", "cute"),
     ("torch.ops.load_library('x.so')", "cute"), ("torch.classes.load_library('x.so')", "cute"),
     ("j = torch.cuda.jiterator._create_jit_fn('code')", "cute"), ("j = torch.cuda._jiterator", "cute"),
@@ -396,9 +402,11 @@ def test_load_on_dsl_and_local_values_passes() -> None:
     ("d = torch.distributed.all_reduce", "cute"), ("b = torch.utils.benchmark.Timer", "cute"),
     ("b = torch.backends.cudnn.enabled", "cute"), ("m = torch.nn.Module().compile()", "cute"),
     ("m = torch.nn.Linear(1, 1)\nm.compile()", "cute"), ("f = x.compile", "cute"), ("t = torch.cuda.jit", "cute"),
-    ("t = torch.ops.higher_order.triton_kernel_wrapper_mutation", "cute"), ("t = torch.ops.aten.add.default.py_impl", "cute"),
+    ("t = torch.ops.higher_order.triton_kernel_wrapper_mutation", "cute"),
+    ("t = torch.ops.aten.add.default.py_impl", "cute"),
     ("c = tvm.contrib.nvcc", "tirx"), ("f = tvm.get_global_func('ffi.ModuleGetFunction')", "tirx"),
-    ("f = tvm.tirx._ffi_api", "tirx"), ("f = tvm.ffi.get_global_func", "tirx"), ("m = tvm.runtime.load_module('a.so')", "tirx"),
+    ("f = tvm.tirx._ffi_api", "tirx"), ("f = tvm.ffi.get_global_func", "tirx"),
+    ("m = tvm.runtime.load_module('a.so')", "tirx"),
     ("m = tvm.runtime.Module.load_module", "tirx"), ("t = f.time_evaluator('main', tvm.cuda())", "tirx"),
     ("r = tvm.rpc.connect", "tirx"), ("c = Tx.call_extern('int32', 'system', 'x')", "tirx"),
     ("c = Tx.call_packed('f')", "tirx"), ("c = Tx.call_intrin('handle', 'tir.tvm_call_packed')", "tirx"),
@@ -432,13 +440,15 @@ def test_dsl_compile_and_jit_pass() -> None:
     "s = torch.cuda.get_rng_state()", "torch.cuda.set_rng_state(s)", "s = torch.seed()", "torch.manual_seed(0)",
     "torch.cuda.manual_seed_all(0)", "g = torch.cuda.default_generators[0].get_state()",
     "m = torch.cuda.memory_allocated()", "m = torch.cuda.max_memory_allocated()", "m = torch.cuda.memory_reserved()",
-    "m = torch.cuda.max_memory_reserved()", "m = torch.cuda.memory_stats()", "m = torch.cuda.memory_stats_as_nested_dict()",
+    "m = torch.cuda.max_memory_reserved()", "m = torch.cuda.memory_stats()",
+    "m = torch.cuda.memory_stats_as_nested_dict()",
     "m = torch.cuda.memory_summary()", "m = torch.cuda.memory_snapshot()", "m = torch.cuda.mem_get_info()",
     "m = torch.cuda.list_gpu_processes()", "p = torch.cuda.caching_allocator_alloc(1)",
     "torch.cuda.caching_allocator_delete(p)", "p = torch.cuda.MemPool()", "c = torch.cuda.use_mem_pool(p)",
     "torch.cuda.reset_peak_memory_stats()", "torch.cuda.reset_accumulated_memory_stats()",
     "torch.cuda.set_per_process_memory_fraction(0.5)", "u = torch.cuda.utilization()", "t = torch.cuda.temperature()",
-    "p = torch.cuda.power_draw()", "c = torch.cuda.clock_rate()", "m = torch.cuda.memory.x", "c = torch.cuda.empty_cache()",
+    "p = torch.cuda.power_draw()", "c = torch.cuda.clock_rate()", "m = torch.cuda.memory.x",
+    "c = torch.cuda.empty_cache()",
     "p = torch.autograd.profiler._is_profiler_enabled", "p = torch.autograd.is_profiler_enabled()",
     "k = cute.arch.clock()", "torch.set_default_device('cuda')", "torch.set_float32_matmul_precision('high')",
     "c = torch.cuda.set_sync_debug_mode(1)",
@@ -573,3 +583,26 @@ def test_allowed_class_bases_pass() -> None:
             def __call__(self):
                 return self.bn
         """)
+
+
+# ------------------------------------------------------------------------------------------------ odds and ends
+@pytest.mark.parametrize("snippet, needle", [
+    ("exe = cute.compile(f)\nexe.export_to_c('a')", "writes files"),
+    ("import tvm.ir\nn = tvm.ir.load_json('{}')", ".load_json"),
+    ("c = Tx.Op.get('tir.call_extern')", ".Op"),
+    ("v = x.select(0, 1)", "x[:, i]"),
+    ("import math\nimport cmath as math", "imported as both"),
+    ("import cuda.bindings.driver", "import cuda.bindings.driver without `as`"),
+    ("class A:\n    def __init__(self):\n        class B:\n            def m(self):\n                self.y = 1",
+     "assignment to self.y"),
+    ("class A:\n    def m(self):\n        self.synchronize = f\nA.m(torch.cuda)", "assignment to self.synchronize"),
+    ("class A:\n    def __call__(self):\n        self.n = 1", "assignment to self.n"),
+])
+def test_odds_and_ends(snippet: str, needle: str) -> None:
+    rejected(snippet, needle, "tirx" if "Tx." in snippet or "tvm" in snippet else "cute")
+
+
+def test_deep_expressions_do_not_crash_the_checker() -> None:
+    assert check_source(CLEAN["cute"] + "y = " + "+".join(["1"] * 500) + "\n", "cute").ok
+    assert check_source(CLEAN["cute"] + "y = " + "+".join(["1"] * 50000) + "\n", "cute").status == "compile_error"
+    assert check_source(CLEAN["cute"] + "y = " + "(" * 300 + ")" * 300 + "\n", "cute").status == "compile_error"

@@ -41,8 +41,11 @@ _gc_disable, _gc_enable, _gc_collect = gc.disable, gc.enable, gc.collect
 FORBIDDEN_RUNTIME_IMPORTS = ("triton", "numba", "cupy", "pycuda", "torch._inductor", "torch.utils.cpp_extension",
                              "torch._higher_order_ops.triton_kernel_wrap", "cuda.bindings.nvrtc", "cuda.cuda",
                              "cuda.nvrtc", "cuda.core")
+#: The DSLs' own device toolchain, which TVM runs as a process where NVRTC is missing (the CPU check). It runs
+#: inside the same sandbox (uid, namespaces, no_new_privs); every other program is refused.
+TOOLCHAIN = frozenset({"nvcc", "ptxas", "fatbinary", "nvlink"})
 #: Events refused whoever raises them once the candidate is imported.
-ALWAYS_REFUSED = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
+ALWAYS_REFUSED = ("os.system", "os.exec", "os.spawn", "os.fork",
                   "os.forkpty", "pty.spawn", "socket.__new__", "socket.connect", "socket.bind", "socket.getaddrinfo",
                   "sys._current_frames", "sys._current_exceptions", "sys.settrace", "sys.setprofile",
                   "sys.addaudithook", "sys.monitoring.register_callback", "gc.get_objects", "gc.get_referrers",
@@ -93,6 +96,11 @@ class Guard:
             self._busy = False
 
     def _check(self, event: str, args: tuple[Any, ...]) -> None:
+        if event in ("subprocess.Popen", "os.posix_spawn", "os.posix_spawnp"):
+            program = args[0] if args and args[0] else (args[1][0] if len(args) > 1 and args[1] else "")
+            if os.path.basename(os.fsdecode(program)) not in TOOLCHAIN:
+                self.refuse(f"{event} {os.path.basename(os.fsdecode(program))}")
+            return
         if event in ALWAYS_REFUSED or event.startswith(("os.exec", "os.spawn", "os.posix_spawn")):
             self.refuse(event)
         if event == "import":
@@ -488,6 +496,12 @@ def main() -> None:
         transport.send(conn, {"ok": False, "status": "infra_error", "reason": "isolation",
                               "error": f"the grader could not isolate the kernel's process: {exc} (set "
                                        "METAKERNEL_ALLOW_UNSANDBOXED=1 to grade without isolation)"})
+        return
+    if config["kind"] == "probe":  # isolation self-test (metakernel.grader.probe): try, report, leave
+        from metakernel.grader.probe import reach
+
+        transport.send(conn, {"ok": True, "isolation": isolation.to_dict(),
+                              "probe": reach(json.loads(os.environ["METAKERNEL_PROBE"]))})
         return
     child = Child(config, conn, isolation)
     try:

@@ -164,10 +164,7 @@ class Evaluation:
         name = self.kernel.name
         if not self.kernel.is_file():
             self.end("compile_error", "no_file", f"no kernel file at {self.kernel}")
-        try:
-            result = check_source(self.source, self.dsl, filename=name)
-        except TypeError:  # TEMP until static.py lands
-            result = check_source(self.source, self.dsl)
+        result = check_source(self.source, self.dsl, filename=name)
         if result.problem:
             self.end(result.status or "compile_error", "static", result.problem)
         if result.violations:

@@ -33,6 +33,7 @@ from typing import Any
 CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
 CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
 PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 4, 38
 
@@ -296,6 +297,21 @@ def _build_root(libc: Any, plan: Plan, iso: Isolation) -> None:
     iso.filesystem = "private (read-only system and Python, own work dir)"
 
 
+def _become_pid_namespace_init() -> None:
+    """Fork: the child goes on as pid 1 of the new pid namespace; this process waits and passes its exit on."""
+    pid = os.fork()
+    if pid:
+        while True:
+            try:
+                _, status = os.waitpid(pid, 0)
+                break
+            except ChildProcessError:
+                os._exit(1)
+            except InterruptedError:
+                continue
+        os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+
+
 def enter(plan: Plan) -> Isolation:
     """Apply `plan` to this process (the child, before torch is imported); raise SandboxError if it cannot."""
     iso = Isolation(mode=plan.mode, opted_out=plan.allow_unsandboxed and plan.mode == "none")
@@ -308,10 +324,12 @@ def enter(plan: Plan) -> Isolation:
     try:
         if plan.mode == "userns":
             uid, gid = os.geteuid(), os.getegid()
-            _check(libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET), "unshare(user, mount, net)")
+            _check(libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID),
+                   "unshare(user, mount, net, pid)")
             Path("/proc/self/setgroups").write_text("deny")
             Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
             Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
+            _become_pid_namespace_init()  # a fresh /proc can only be mounted from inside the new pid namespace
         else:
             _check(libc.unshare(CLONE_NEWNS | CLONE_NEWNET), "unshare(mount, net)")
         iso.network = "none (own empty namespace)"

@@ -31,7 +31,7 @@ ALLOWED_IMPORTS: dict[str, tuple[str, ...]] = {
 }
 #: What a kernel may take from cuda.bindings.driver (a CUstream for the launch); the rest launches, times and loads
 #: code behind the DSL's back.
-DRIVER_NAMES = frozenset({"CUstream", "CUresult"})
+DRIVER_NAMES = ("CUresult", "CUstream")
 
 _STDLIB = "standard-library module reachable through another module: the sandbox forbids it"
 _FRAME = "frame, code and traceback internals: introspection of the harness"
@@ -47,8 +47,9 @@ MODULE_ATTRIBUTES: dict[str, str] = {
     **dict.fromkeys((
         "f_globals f_locals f_back f_builtins f_code f_lasti f_trace tb_frame tb_next gi_frame gi_code cr_frame "
         "cr_code ag_frame ag_code co_code co_consts co_names cell_contents settrace setprofile").split(), _FRAME),
-    "torch": "torch reached through another module: `import torch`; for the stream, compile with "
-             "make_fake_stream(use_tvm_ffi_env_stream=True) or use torch.cuda.current_stream()",
+    "select": f"{_STDLIB} (for a tensor, index it: x[:, i])",
+    "torch": "torch reached through another module: `import torch`; for a stream, make_fake_stream("
+             "use_tvm_ffi_env_stream=True) or cuda.bindings.driver.CUstream(torch.cuda.current_stream().cuda_stream)",
     **dict.fromkeys(("numpy", "np", "cupy", "numba", "pycuda", "triton"),
                     "another array or kernel library: not on the import allowlist"),
 }
@@ -58,12 +59,13 @@ _ROUTE = "another kernel route (extension, JIT, compiler or vendor library): wri
 _HOOKS = "torch function/dispatch hooks and tensor subclasses: outputs must be plain tensors"
 _FFI = "raw FFI, extern calls or module loading: they bypass launch accounting"
 _TELL = "a kernel must not tell checked calls from timed ones"
+_SETTINGS = "global torch settings: the harness's state, not yours"
 #: Attribute names refused on any object: features that bypass the DSL, the timing or the outputs' checks.
 FEATURE_ATTRIBUTES: dict[str, str] = {
     **dict.fromkeys(("graph", "graphs", "CUDAGraph", "make_graphed_callables", "is_current_stream_capturing"),
                     _GRAPHS),
     **dict.fromkeys(("cpp_extension", "load_inline", "load_library", "library", "higher_order", "py_impl",
-                     "compiler", "export", "export_library", "fx", "onnx", "hub", "package", "serialization"),
+                     "compiler", "fx", "onnx", "hub", "package", "serialization"),
                     _ROUTE),
     **dict.fromkeys(("overrides", "TorchFunctionMode", "TorchDispatchMode", "as_subclass"), _HOOKS),
     **dict.fromkeys(("distributed", "nccl"), "distributed runtimes: work outside the timed call"),
@@ -71,7 +73,7 @@ FEATURE_ATTRIBUTES: dict[str, str] = {
         "contrib ffi tvm_ffi get_global_func list_global_func_names register_func register_global_func get_function "
         "load_module load_static_library import_module system_lib time_evaluator rpc call_packed call_cpacked "
         "call_packed_lowered call_cpacked_lowered tvm_call_packed call_extern call_pure_extern call_intrin "
-        "call_pure_intrin call_llvm_intrin call_llvm_pure_intrin").split(), _FFI),
+        "call_pure_intrin call_llvm_intrin call_llvm_pure_intrin Op make_node load_json").split(), _FFI),
     **dict.fromkeys(("save", "from_file", "fromfile", "tofile", "gds", "GdsFile"), "file access"),
     **dict.fromkeys(("Event", "elapsed_time", "perf_counter", "perf_counter_ns", "time_ns", "monotonic",
                      "monotonic_ns", "process_time", "thread_time", "clock", "clock64", "globaltimer", "Timer",
@@ -80,8 +82,7 @@ FEATURE_ATTRIBUTES: dict[str, str] = {
                     f"random-number state: {_TELL}"),
     **dict.fromkeys(("utilization", "temperature", "power_draw", "clock_rate", "list_gpu_processes", "mem_get_info",
                      "CUDAPluggableAllocator"), f"device and allocator state: {_TELL}"),
-    **dict.fromkeys(("backends", "tunable", "use_deterministic_algorithms"),
-                    "global torch settings: the harness's state, not yours"),
+    **dict.fromkeys(("backends", "tunable", "use_deterministic_algorithms"), _SETTINGS),
     **dict.fromkeys(("attrgetter", "methodcaller", "update_wrapper", "wraps", "getattr_static", "get_type_hints",
                      "ForwardRef"), "attribute access or evaluation by computed name"),
     **dict.fromkeys(("format", "format_map"), "str.format reads attributes named in a string: use an f-string"),
@@ -98,6 +99,7 @@ ATTRIBUTE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
                 r"|peak_memory|mem_pool|MemPool|allocator|empty_cache|ipc_collect"),
      f"allocator state and statistics: {_TELL}"),
     (re.compile(r"^register_module_"), "global module hooks: they see the harness's calls"),
+    (re.compile(r"^export"), "exporting compiled code writes files: keep it in memory"),
 )
 #: Names the DSL owns: fine on a chain of names starting at the DSL (`cute.compile`), refused on anything else.
 DSL_ONLY_ATTRIBUTES: dict[str, str] = {
@@ -106,7 +108,6 @@ DSL_ONLY_ATTRIBUTES: dict[str, str] = {
     "memory": "torch.cuda.memory is allocator state (cutlass.memory is fine)",
     "utils": "torch.utils holds extensions, benchmarks and worker processes (the DSL's utils are fine)",
 }
-_SETTINGS = "global torch settings: the harness's state, not yours"
 #: Refused where the chain starts at torch or at an expression that is not a name (a value that may be torch).
 TORCH_ATTRIBUTES: dict[str, str] = {"load": "torch.load reads files and unpickles them"}
 
@@ -168,7 +169,6 @@ class StaticResult:
 class _Origin(NamedTuple):
     kind: str  # dsl | torch | driver | module | self | local | unknown
     path: str | None = None  # resolved dotted path, when the chain is names and attributes only
-    package: bool = False  # starts at a package bound by `import a.b.c` that is not itself allowed
 
 
 class _Checker:
@@ -181,11 +181,10 @@ class _Checker:
         self.other_dsl = {root: key for key, roots in DSL_ROOTS.items() if key != dsl for root in roots}
         self.aliases: dict[str, str] = {}  # imported name -> dotted path it stands for
         self.modules: set[str] = set()  # imported names bound to modules
-        self.packages: set[str] = set()
         self.bound: dict[str, set[str]] = {}  # name -> kinds of binding (import, class, other)
         self.own_private: set[str] = set()
         self.selves: set[int] = set()  # ids of `self` parameters of methods
-        self.in_init: set[int] = set()  # ids of nodes inside __init__ / __post_init__
+        self.init_selves: set[int] = set()  # ... of __init__ / __post_init__, whose self is always a fresh object
         self.ok_calls: set[int] = set()  # ids of getattr/type/super names in calls of the allowed shape
         self.docstrings: set[int] = set()
         self.parents: dict[int, ast.AST] = {}
@@ -235,8 +234,8 @@ class _Checker:
                         params = stmt.args.posonlyargs + stmt.args.args
                         if params and params[0].arg == "self":
                             self.selves.add(id(params[0]))
-                        if stmt.name in ("__init__", "__post_init__"):
-                            self.in_init.update(id(x) for x in ast.walk(stmt))
+                            if stmt.name in ("__init__", "__post_init__"):
+                                self.init_selves.add(id(params[0]))
                     targets = stmt.targets if isinstance(stmt, ast.Assign) else \
                         [stmt.target] if isinstance(stmt, ast.AnnAssign) else []
                     self.own_private.update(t.id for t in targets if isinstance(t, ast.Name))
@@ -244,7 +243,7 @@ class _Checker:
             if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body and \
                     isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
                 self.docstrings.add(id(body[0].value))
-            if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store) and _is_self(n.value):
+            if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store) and _is_name(n.value, "self"):
                 self.own_private.add(n.attr)
         for n in nodes:
             if isinstance(n, ast.Import):
@@ -252,8 +251,6 @@ class _Checker:
                     name, path = (a.asname, a.name) if a.asname else (a.name.split(".")[0], a.name.split(".")[0])
                     self._bind(n, name, "import", path)
                     self.modules.add(name)
-                    if self._allowlisted(path) is None and any(e.startswith(path + ".") for e in self.allowed):
-                        self.packages.add(name)
             elif isinstance(n, ast.ImportFrom):
                 for a in n.names:
                     full = f"{n.module}.{a.name}"
@@ -290,7 +287,10 @@ class _Checker:
     def _visit(self, n: ast.AST) -> None:
         if isinstance(n, ast.Import):
             for a in n.names:
-                self._import(n, a.name)
+                top = a.name.split(".")[0]
+                if self._import(n, a.name) and not a.asname and top != a.name and not self._allowlisted(top):
+                    self.flag(n, f"{top} itself is not on the allowlist: bind the module you import",
+                              f"import {a.name} without `as`")
         elif isinstance(n, ast.ImportFrom):
             self._import_from(n)
         elif isinstance(n, ast.Attribute):
@@ -298,7 +298,7 @@ class _Checker:
                 self._assignment(n)
             if n.attr == "__init__" and isinstance(n.value, ast.Call) and _is_name(n.value.func, "super"):
                 return
-            self._attribute(n, n.attr, self._origin(n.value), _is_self(n.value))
+            self._attribute(n, n.attr, self._origin(n.value), _is_name(n.value, "self"))
         elif isinstance(n, ast.Subscript) and isinstance(n.ctx, (ast.Store, ast.Del)):
             self._assignment(n)
         elif isinstance(n, ast.Call):
@@ -342,7 +342,7 @@ class _Checker:
 
     def _import_from(self, n: ast.ImportFrom) -> None:
         if n.level or not n.module:
-            self.flag(n, "relative imports: kernel.py is imported on its own", "relative import")
+            self.flag(n, f"relative imports: {self.filename} is imported on its own", "relative import")
             return
         fulls = [f"{n.module}.{a.name}" for a in n.names]
         if all(self._allowlisted(f) == f for f in fulls):  # `from cuda.bindings import driver`
@@ -389,7 +389,7 @@ class _Checker:
         if node.id not in self.aliases:
             return _Origin("local")
         path = ".".join([self.aliases[node.id], *reversed(parts)])
-        return _Origin(self._kind(path), None if through else path, node.id in self.packages and not through)
+        return _Origin(self._kind(path), None if through else path)
 
     def _attribute(self, node: ast.AST, name: str, origin: _Origin, on_self: bool) -> None:
         reason = self._attribute_reason(name, origin, on_self)
@@ -402,11 +402,6 @@ class _Checker:
         if name.startswith("_"):
             own = on_self and name in self.own_private
             return None if own else "private attribute: only public API (and self._name this file defines)"
-        if origin.package and origin.path is not None:
-            full = f"{origin.path}.{name}"
-            if any(self._allowlisted(full) is not None or e.startswith(full + ".") for e in self.allowed):
-                return None
-            return f"not on the {self.dsl} import allowlist: {', '.join(self.allowed)}"
         reason = MODULE_ATTRIBUTES.get(name) or FEATURE_ATTRIBUTES.get(name)
         reason = reason or next((why for pattern, why in ATTRIBUTE_PATTERNS if pattern.search(name)), None)
         if reason:
@@ -418,7 +413,7 @@ class _Checker:
         if origin.kind in ("torch", "unknown") and name in TORCH_ATTRIBUTES:
             return TORCH_ATTRIBUTES[name]
         if origin.kind == "driver" and origin.path is not None and name not in DRIVER_NAMES:
-            return f"the cuda driver API launches, times and loads code behind the DSL: only {', '.join(sorted(DRIVER_NAMES))}"
+            return f"the driver API launches, times and loads code behind the DSL: only {', '.join(DRIVER_NAMES)}"
         return None
 
     def _assignment(self, target: ast.Attribute | ast.Subscript) -> None:
@@ -427,27 +422,34 @@ class _Checker:
             base = base.value
         if isinstance(base, ast.Name) or (base is not target and isinstance(base, ast.Call)):
             return  # `_FNS[key] = fn`, `out.view(-1)[i] = v`: a container or view of your own
-        if isinstance(base, ast.Attribute) and _is_self(base.value):
-            if base is not target or id(target) in self.in_init:
+        if isinstance(base, ast.Attribute) and _is_name(base.value, "self"):
+            if base is not target or self._init_self(target):
                 return
         self.flag(target, "patching objects: assign self.<name> in __init__ (then self.<name>[key] anywhere) or "
                   "a name of your own", f"assignment to {_unparse(target)}")
+
+    def _init_self(self, node: ast.AST) -> bool:
+        """Whether the `self` that `node` uses is the parameter of an __init__ (unbound calls cannot reach it)."""
+        parent = self.parents.get(id(node))
+        while parent is not None:
+            if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                params = parent.args.posonlyargs + parent.args.args + parent.args.kwonlyargs
+                own = [p for p in params if p.arg == "self"]
+                if own:
+                    return id(own[0]) in self.init_selves
+            parent = self.parents.get(id(parent))
+        return False
 
     def _call(self, n: ast.Call) -> None:
         func = n.func
         if not isinstance(func, ast.Name) or func.id not in ("getattr", "hasattr", "type", "super"):
             return
-        if func.id == "super":
-            ok = not n.args or (len(n.args) == 2 and _is_self(n.args[1]))
-        elif func.id == "type":
-            ok = len(n.args) == 1 and not n.keywords
-        else:
-            name = n.args[1] if len(n.args) in (2, 3) else None
-            ok = isinstance(name, ast.Constant) and isinstance(name.value, str) and not n.keywords
-            if ok:
-                assert isinstance(name, ast.Constant)
-                self._attribute(n, name.value, self._origin(n.args[0]), _is_self(n.args[0]))
-        if ok:
+        name = n.args[1] if len(n.args) in (2, 3) and func.id in ("getattr", "hasattr") else None
+        constant = name.value if isinstance(name, ast.Constant) and isinstance(name.value, str) else None
+        if constant is not None:
+            self._attribute(n, constant, self._origin(n.args[0]), _is_name(n.args[0], "self"))
+        shapes = {"super": not n.args or (len(n.args) == 2 and _is_name(n.args[1], "self")), "type": len(n.args) == 1}
+        if shapes.get(func.id, constant is not None) and not n.keywords:
             self.ok_calls.add(id(func))
 
     def _name(self, n: ast.Name) -> None:
@@ -491,10 +493,6 @@ class _Checker:
 
 def _is_name(node: ast.AST, name: str) -> bool:
     return isinstance(node, ast.Name) and node.id == name
-
-
-def _is_self(node: ast.AST) -> bool:
-    return _is_name(node, "self")
 
 
 def _unparse(node: ast.AST) -> str:

@@ -1,59 +1,160 @@
-"""Correct, with its CuTe work on a side stream: h = x + residual runs on a stream of its own, joined before use.
+"""Correct, with its CuTe work on a side stream: the whole fused add + RMSNorm runs on a stream of its own, joined
+back to the current stream before the outputs are returned.
 
-Not wrong: the grader synchronises the whole device inside the timed window, so side-stream work is measured.
+Not wrong: the grader synchronises the whole device inside the timed window, so side-stream work is measured. The
+side stream first waits on the current stream (so it sees the inputs, including any `.contiguous()` copies), and
+the current stream then waits on the side stream, so everything that reads `out` / `h` afterwards, and any reuse of
+the tensors' memory by the caching allocator on the current stream, is ordered after the kernel.
+
+The kernel is the one of the sibling `cute.py`: one CTA per token row; each thread owns whole 128-bit vectors
+(8 bf16) of the row, loads x and residual, rounds their sum to bf16 (the new residual stream, written out as-is),
+accumulates the squares of that rounded sum in fp32, and after a warp shuffle + shared-memory reduction across
+warps scales by rsqrt(mean + eps) and the weight, rounding once to bf16. Row length 4096 -> 256 threads x 2
+vectors; 256 (small scale) -> 32 threads x 1 vector. So the CuTe kernel does all of the GPU work of a call; torch
+only allocates the outputs and handles the streams.
+
+Compiled once per shape from fake tensors with the TVM-FFI option; the launch goes to torch's current stream (the
+TVM-FFI environment stream), which inside `with torch.cuda.stream(side)` is the side stream.
 """
 
-import torch
 import cutlass
 import cutlass.cute as cute
+import cutlass.memory
+import torch
 from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
 
-VEC = 8
-THREADS = 256
+EPS = 1e-5
+VEC = 8  # bf16 elements per 128-bit access
+MAX_THREADS = 256
 
 
-@cute.kernel
-def add_kernel(mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor):
-    tidx, _, _ = cute.arch.thread_idx()
-    bidx, _, _ = cute.arch.block_idx()
-    nvec = mA.shape[1] // VEC
-    i = bidx * THREADS + tidx
-    if i < mA.shape[0] * nvec:
-        row = i // nvec
-        col = i - row * nvec
-        a = cute.local_tile(mA, (1, VEC), (row, col))[0, None].load().to(cutlass.Float32)
-        b = cute.local_tile(mB, (1, VEC), (row, col))[0, None].load().to(cutlass.Float32)
-        cute.local_tile(mC, (1, VEC), (row, col))[0, None].store((a + b).to(mC.element_type))
+def _threads_for(hidden):
+    vectors = hidden // VEC
+    return max(32, min(MAX_THREADS, (vectors + 31) // 32 * 32))
 
 
 @cute.jit
-def add(mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, stream):
-    total = mA.shape[0] * (mA.shape[1] // VEC)
-    add_kernel(mA, mB, mC).launch(grid=[(total + THREADS - 1) // THREADS, 1, 1], block=[THREADS, 1, 1],
-                                  stream=stream)
+def _warp_allreduce_sum(value):
+    for k in cutlass.range_constexpr(5):  # 16, 8, 4, 2, 1 lanes apart
+        value = value + cute.arch.shuffle_sync_bfly(value, offset=16 >> k)
+    return value
 
 
-_FNS = {}
+@cute.kernel
+def _add_rmsnorm_kernel(mX: cute.Tensor, mR: cute.Tensor, mW: cute.Tensor, mOut: cute.Tensor, mH: cute.Tensor,
+                        copy: cute.TiledCopy, threads: cutlass.Constexpr):
+    tidx, _, _ = cute.arch.thread_idx()
+    row, _, _ = cute.arch.block_idx()
+    hidden = mX.shape[1]
+    warps = threads // 32
+    vectors = hidden // VEC
+
+    part = copy.get_slice(tidx)
+    # this CTA's row, as a (hidden,) tensor, split into this thread's ((VEC), n_iter) vectors
+    tX = part.partition_S(cute.local_tile(mX, tiler=(1, hidden), coord=(row, 0))[0, None])
+    tR = part.partition_S(cute.local_tile(mR, tiler=(1, hidden), coord=(row, 0))[0, None])
+    tW = part.partition_S(mW)
+    tOut = part.partition_D(cute.local_tile(mOut, tiler=(1, hidden), coord=(row, 0))[0, None])
+    tH = part.partition_D(cute.local_tile(mH, tiler=(1, hidden), coord=(row, 0))[0, None])
+
+    rX = cute.make_fragment_like(tX)
+    rR = cute.make_fragment_like(tR)
+    rW = cute.make_fragment_like(tW)
+    rX.fill(0)
+    rR.fill(0)
+    rW.fill(0)
+    n_iter = cute.size(tX, mode=[1])
+    for i in cutlass.range_constexpr(n_iter):
+        if i * threads + tidx < vectors:  # the whole vector is inside the row
+            cute.autovec_copy(tX[None, i], rX[None, i])
+            cute.autovec_copy(tR[None, i], rR[None, i])
+            cute.autovec_copy(tW[None, i], rW[None, i])
+
+    # new residual stream: rounded to bf16 once, exactly like `x + residual` in bf16
+    rH = cute.make_fragment_like(tH)
+    rH.store((rX.load().to(cutlass.Float32) + rR.load().to(cutlass.Float32)).to(mH.element_type))
+    h = rH.load().to(cutlass.Float32)  # statistics come from the rounded sum
+    sq = (h * h).reduce(cute.ReductionOp.ADD, cutlass.Float32(0.0), reduction_profile=0)
+    sq = _warp_allreduce_sum(sq)
+
+    smem = cutlass.memory.SmemAllocator()
+    partial = smem.allocate_tensor(cutlass.Float32, cute.make_layout(warps + 1))
+    warp = tidx // 32
+    lane = tidx % 32
+    if lane == 0:
+        partial[warp] = sq
+    cute.arch.sync_threads()
+    if warp == 0:
+        v = cutlass.Float32(0.0)
+        if lane < warps:
+            v = partial[lane]
+        v = _warp_allreduce_sum(v)
+        if lane == 0:
+            partial[warps] = v
+    cute.arch.sync_threads()
+    inv_rms = cute.math.rsqrt(partial[warps] / hidden + EPS)
+
+    rOut = cute.make_fragment_like(tOut)
+    rOut.store((h * inv_rms * rW.load().to(cutlass.Float32)).to(mOut.element_type))
+    for i in cutlass.range_constexpr(n_iter):
+        if i * threads + tidx < vectors:
+            cute.autovec_copy(rH[None, i], tH[None, i])
+            cute.autovec_copy(rOut[None, i], tOut[None, i])
 
 
-def _compiled(n):
-    if n not in _FNS:
-        fake = make_fake_compact_tensor(cutlass.BFloat16, (cute.sym_int(), n), stride_order=(1, 0), assumed_align=16)
-        _FNS[n] = cute.compile(add, fake, fake, fake, make_fake_stream(use_tvm_ffi_env_stream=True),
-                               options="--enable-tvm-ffi")
-    return _FNS[n]
+@cute.jit
+def _add_rmsnorm(mX: cute.Tensor, mR: cute.Tensor, mW: cute.Tensor, mOut: cute.Tensor, mH: cute.Tensor, stream):
+    threads = _threads_for(mX.shape[1])
+    atom = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), mX.element_type, num_bits_per_copy=128)
+    copy = cute.make_tiled_copy_tv(atom, cute.make_layout(threads), cute.make_layout(VEC))
+    _add_rmsnorm_kernel(mX, mR, mW, mOut, mH, copy, threads).launch(
+        grid=[mX.shape[0], 1, 1], block=[threads, 1, 1], stream=stream)
+
+
+_COMPILED = {}
+_SIDE_STREAMS = {}  # one side stream per device, created once and reused across calls
+
+
+def _compiled_for(tokens, hidden):
+    key = (tokens, hidden)
+    fn = _COMPILED.get(key)
+    if fn is None:
+        bf16 = cutlass.BFloat16
+
+        def matrix():
+            return make_fake_compact_tensor(bf16, (tokens, hidden), stride_order=(1, 0), assumed_align=16)
+
+        vector = make_fake_compact_tensor(bf16, (hidden,), assumed_align=16)
+        fn = cute.compile(_add_rmsnorm, matrix(), matrix(), vector, matrix(), matrix(),
+                          make_fake_stream(use_tvm_ffi_env_stream=True), options="--enable-tvm-ffi")
+        _COMPILED[key] = fn
+    return fn
+
+
+def _side_stream(device):
+    side = _SIDE_STREAMS.get(device)
+    if side is None:
+        side = torch.cuda.Stream(device=device)
+        _SIDE_STREAMS[device] = side
+    return side
 
 
 def solve(x, residual, weight):
+    """Return (RMSNorm(x + residual) * weight, x + residual), both bf16, from one CuTe launch on a side stream."""
+    tokens, hidden = x.shape
+    if hidden % VEC != 0:
+        raise ValueError(f"hidden size {hidden} must be a multiple of {VEC}")
+    x, residual, weight = x.contiguous(), residual.contiguous(), weight.contiguous()
+    out = torch.empty_like(x)
     h = torch.empty_like(x)
-    side = torch.cuda.Stream(device=x.device) if x.is_cuda else None
-    if side is not None:
-        side.wait_stream(torch.cuda.current_stream())
+    fn = _compiled_for(tokens, hidden)
+    if x.is_cuda:
+        current = torch.cuda.current_stream(x.device)
+        side = _side_stream(x.device)
+        side.wait_stream(current)  # inputs (and any .contiguous() copies) are ready before the kernel reads them
         with torch.cuda.stream(side):
-            _compiled(x.shape[1])(x, residual, h)
-        torch.cuda.current_stream().wait_stream(side)
-    else:  # the CPU dry run
-        _compiled(x.shape[1])(x, residual, h)
-    hf = h.float()
-    out = (hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + 1e-5) * weight.float()).to(x.dtype)
+            fn(x, residual, weight, out, h)  # TVM-FFI env stream = torch's current stream = the side stream here
+        current.wait_stream(side)  # join: everything after this on the current stream sees out / h
+    else:  # the CPU dry run: launches are counted and skipped, there is no stream to hop to
+        fn(x, residual, weight, out, h)
     return out, h

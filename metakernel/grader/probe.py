@@ -1,0 +1,105 @@
+"""What a process inside the grader's sandbox can reach, tried from inside it.
+
+`isolation_report()` starts a child exactly as a candidate's is started (same plan, same uid, namespaces and
+filesystem view), and from inside it tries what an adversarial kernel would — native code can do whatever Python
+can, so these are plain reads and connects, with no audit hook in the way: the parent's memory, environment and
+command line, the eager-baseline cache, a `.env` and an experiment store next to the grader, writing outside the
+work dir, and a loopback port the parent is listening on. Tests assert every one is blocked; `.ci/run` prints it
+(`python -m metakernel.grader.probe`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def _try(f: Any) -> str:
+    try:
+        value = f()
+    except Exception as exc:  # noqa: BLE001 - every failure is the answer
+        return f"blocked ({type(exc).__name__}: {exc})"[:200]
+    return f"REACHABLE ({str(value)[:80]})"
+
+
+def reach(targets: dict[str, Any]) -> dict[str, str]:
+    """Inside the sandbox: try every target; "blocked (...)" or "REACHABLE (...)" for each."""
+    ppid = int(targets["parent_pid"])
+
+    def listdir(path: str) -> Any:
+        return os.listdir(path)
+
+    def read(path: str) -> Any:
+        with open(path, "rb") as f:
+            return f.read(64)
+
+    def write(path: str) -> Any:
+        with open(path, "w") as f:
+            return f.write("x")
+
+    def connect() -> Any:
+        with socket.create_connection(("127.0.0.1", int(targets["port"])), timeout=2) as s:
+            return s.getpeername()
+
+    return {
+        "parent memory": _try(lambda: read(f"/proc/{ppid}/mem")),
+        "parent environment": _try(lambda: read(f"/proc/{ppid}/environ")),
+        "parent command line": _try(lambda: read(f"/proc/{ppid}/cmdline")),
+        "other processes": _try(lambda: [p for p in listdir("/proc") if p.isdigit() and int(p) != os.getpid()]
+                                or _raise("none visible")),
+        "baseline cache": _try(lambda: listdir(targets["cache"])),
+        ".env": _try(lambda: read(targets["env_file"])),
+        "experiment store": _try(lambda: read(targets["store"])),
+        "write outside the work dir": _try(lambda: write(targets["outside"])),
+        "network (loopback port the parent listens on)": _try(connect),
+        "regain root": _try(lambda: os.setuid(0) if os.getuid() != 0 else _raise("still root")),
+    }
+
+
+def _raise(why: str) -> Any:
+    raise PermissionError(why)
+
+
+def isolation_report(folder: Path | None = None) -> dict[str, Any]:
+    """Start a sandboxed probe child; its isolation and what it could reach."""
+    from metakernel.grader.baseline import cache_dir
+    from metakernel.grader.worker import Worker
+
+    base = Path(folder or tempfile.mkdtemp(prefix="mk-probe-"))
+    (base / ".env").write_text("OPENAI_API_KEY=sk-not-a-real-key\n")
+    (base / "store.sqlite").write_bytes(b"SQLite format 3\x00")
+    cache = cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    targets = {"parent_pid": os.getpid(), "cache": str(cache), "env_file": str(base / ".env"),
+               "store": str(base / "store.sqlite"), "outside": str(base / "written-by-the-child"),
+               "port": listener.getsockname()[1]}
+    worker = Worker(kind="probe", path=Path(__file__), device="cpu", env={"METAKERNEL_PROBE": json.dumps(targets)})
+    try:
+        ready = worker.start()
+    finally:
+        worker.close()
+        listener.close()
+    return {"isolation": ready.get("isolation", {}), "reach": ready.get("probe", {})}
+
+
+def main() -> int:
+    """Print the isolation in force and what a sandboxed process can reach; exit 1 if anything is reachable."""
+    from metakernel.grader.sandbox import Isolation
+
+    report = isolation_report()
+    iso = Isolation(**report["isolation"]) if report["isolation"] else Isolation()
+    lines = [iso.summary()] + [f"  {k}: {v}" for k, v in report["reach"].items()]
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 1 if any(v.startswith("REACHABLE") for v in report["reach"].values()) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# One shard of the H200 gold + wrong + red-team validation: run on the device machine from the checkout root.
+#
+#   METAKERNEL_REVISION=<commit> bash scripts/h200_validate_gold.sh [SELECTION...]
+#
+# Prints the sandbox's isolation self-test first, then grades solutions/ (gold must pass, wrong and red-team files
+# must be rejected as their docstrings say), resuming from validation/h200-gold.json (carried in with the tree,
+# re-grading entries of an older protocol), rewriting it after every file and stopping new gradings after $BUDGET
+# seconds. Copies the report to $OUT. Exit 3 means "more to do: run it again".
+set -uo pipefail
+REPORT=validation/h200-gold.json
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+python3 -m metakernel.grader.probe | tee "${OUT:-/tmp}/isolation.txt"
+python3 -m metakernel problems validate --gold "$@" --device cuda --report "$REPORT" --resume \
+  --time-budget "${BUDGET:-480}"
+rc=$?
+if [ -n "${OUT:-}" ] && [ -f "$REPORT" ]; then cp "$REPORT" "$OUT/"; fi
+exit $rc

@@ -1,0 +1,191 @@
+"""The grader's isolation, tried from inside: what a candidate's process (and the free check's) can reach.
+
+These run real child processes in the real sandbox (own uid where the tests run as root, else a user namespace):
+the parent's memory, environment and command line, the eager-baseline cache, `.env`, the experiment store, the
+network and files outside the work dir must all be out of reach, and a machine without isolation must refuse.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from metakernel.grader import probe, sandbox
+from metakernel.grader.evaluate import GradeOptions, grade
+from metakernel.problem import load_problem_file
+from tests.helpers import AXPB_LLVM, write_problem
+
+needs_isolation = pytest.mark.skipif(sandbox.default_mode() == "none", reason="this machine offers no isolation")
+needs_tvm = pytest.mark.skipif(importlib.util.find_spec("tvm") is None, reason="apache-tvm is not installed")
+
+PROBLEM = """
+def reference(x, b):
+    return x * 2.0 + b
+
+def make_inputs(device="cuda", scale="full"):
+    return [torch.randn(64, 32, device=device), torch.randn(32, device=device)]
+
+def roofline(x, b):
+    return {"flops": 2 * x.numel(), "bytes": 4 * (2 * x.numel() + b.numel())}
+"""
+
+FAST = GradeOptions(draws=2, warmup=1, min_timed=5, max_timed=8, rse_target=0.5, timing_cap_s=5, baselines=False,
+                    call_timeout_s=60, start_timeout_s=180, host_gate=0.0, min_timing_s=0.0, profile_draws=3,
+                    profile_max_draws=3)
+
+
+def _assert_all_blocked(reach: dict[str, str]) -> None:
+    assert len(reach) >= 9
+    reachable = {k: v for k, v in reach.items() if not v.startswith("blocked")}
+    assert not reachable, reachable
+
+
+@needs_isolation
+def test_nothing_of_the_grader_is_reachable_from_the_sandbox(tmp_path, monkeypatch):
+    """Pins the OS walls: parent memory/environment/command line, baseline cache, .env, store, network, writes."""
+    monkeypatch.setenv("METAKERNEL_CACHE_DIR", str(tmp_path / "cache"))
+    report = probe.isolation_report(tmp_path)
+    assert report["isolation"]["mode"] == sandbox.default_mode()
+    assert report["isolation"]["network"].startswith("none") and report["isolation"]["no_new_privs"]
+    assert report["isolation"]["proc"] == "own processes only"
+    _assert_all_blocked(report["reach"])
+    assert not (tmp_path / "written-by-the-child").exists()
+
+
+@pytest.mark.skipif(sandbox.default_mode() != "uid", reason="needs a root grader to compare both modes")
+def test_user_namespace_mode_isolates_the_same(tmp_path, monkeypatch):
+    """The unprivileged grader's route (user, mount, network and pid namespaces) closes the same holes."""
+    monkeypatch.setenv("METAKERNEL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(sandbox, "default_mode", lambda: "userns")
+    report = probe.isolation_report(tmp_path)
+    assert report["isolation"]["mode"] == "userns"
+    _assert_all_blocked(report["reach"])
+
+
+def test_paths_visible_to_the_child_leave_the_checkout_out():
+    """A checkout on the import path contributes its package only: never its .env or experiment folders."""
+    binds, _ = sandbox.visible_paths()
+    root = Path(__file__).resolve().parents[1]
+    assert str(root) not in binds
+    assert str(root / "metakernel") in binds
+    assert not any(b in ("/root", "/home", "/tmp") for b in binds)
+
+
+@pytest.fixture(scope="module")
+def problem(tmp_path_factory):
+    return load_problem_file(write_problem(tmp_path_factory.mktemp("problems"), "mlp_norm", "27_axpb", PROBLEM))
+
+
+def _kernel(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "kernel.py"
+    path.write_text(AXPB_LLVM + "\n\n_EXE = []\n\n" + textwrap.dedent(body), encoding="utf-8")
+    return path
+
+
+@needs_tvm
+def test_a_machine_without_isolation_refuses_in_one_line(problem, tmp_path, monkeypatch):
+    """No isolation and no opt-out: infra_error (never the agent's fault) with one actionable line."""
+    monkeypatch.setattr(sandbox, "default_mode", lambda: "none")
+    monkeypatch.delenv(sandbox.ENV_OPT_OUT, raising=False)
+    kernel = _kernel(tmp_path, """
+def solve(x, b):
+    if not _EXE:
+        _EXE.append(tvm.compile(axpb, target="llvm", tir_pipeline="tirx"))
+    y = torch.empty_like(x)
+    _EXE[0](x, b, y)
+    return y
+""")
+    report = grade(problem, "tirx", kernel, device="cpu", options=FAST)
+    assert (report.status, report.reason) == ("infra_error", "isolation"), report.agent_text()
+    assert "could not isolate" in report.message and "METAKERNEL_ALLOW_UNSANDBOXED=1" in report.message
+    monkeypatch.setenv(sandbox.ENV_OPT_OUT, "1")
+    opted = grade(problem, "tirx", kernel, device="cpu", options=FAST)
+    assert opted.status == "passed", opted.agent_text()
+    assert opted.isolation["mode"] == "none" and opted.isolation["opted_out"]
+    assert "isolation: none" in opted.agent_text()
+
+
+GUARDED = """
+import gc, json, os, socket, subprocess, sys
+from metakernel.grader.child import Guard
+
+guard = Guard(__file__, os.environ["WORK"])
+sys.addaudithook(guard)
+guard.armed = True
+results = {}
+
+
+def attempt(name, f):
+    try:
+        f()
+        results[name] = "allowed"
+    except PermissionError as exc:
+        results[name] = "refused" if "sandbox" in str(exc) else f"other: {exc}"
+    except Exception as exc:
+        results[name] = f"other: {type(exc).__name__}"
+
+
+attempt("frame", lambda: sys._getframe(0))
+attempt("gc", lambda: gc.get_objects())
+attempt("socket", lambda: socket.socket())
+attempt("process", lambda: subprocess.run(["true"]))
+attempt("fork", lambda: os.fork())
+attempt("write outside", lambda: open("/etc/mk-guard-test", "w"))
+attempt("write in work dir", lambda: open(os.path.join(os.environ["WORK"], "ok.txt"), "w").close())
+attempt("import triton", lambda: __import__("triton"))
+attempt("settrace", lambda: sys.settrace(None))
+attempt("another audit hook", lambda: sys.addaudithook(lambda *a: None))
+import json as _j  # an already-imported module is fine
+attempt("tb_frame", lambda: (_ for _ in ()).throw(ValueError()) if False else None)
+try:
+    raise ValueError("x")
+except ValueError as exc:
+    attempt("traceback frame", lambda: exc.__traceback__.tb_frame)
+results["violations"] = guard.violations
+print(json.dumps(results))
+"""
+
+
+def test_the_audit_hook_refuses_what_kernels_may_not_do(tmp_path):
+    """Pins the audit hook's policy (the tripwire in front of the OS walls): frames and gc from the candidate's
+    code, sockets, processes, forbidden imports, tracing, more audit hooks and writes outside the work dir are
+    refused and recorded; writing in the work dir is not."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "candidate.py"
+    script.write_text(GUARDED)
+    work = tmp_path / "work"
+    work.mkdir()
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "WORK": str(work)}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    for name in ("frame", "gc", "socket", "process", "fork", "write outside", "import triton", "settrace",
+                 "traceback frame"):
+        assert got[name] == "refused", (name, got)
+    assert got["write in work dir"] == "allowed"
+    # CPython swallows a hook's refusal of sys.addaudithook, but the attempt is recorded: the grading ends there
+    assert "sys.addaudithook" in got["violations"] and len(got["violations"]) >= 10
+
+
+@needs_tvm
+def test_a_tensor_subclass_output_is_refused(problem, tmp_path):
+    """Lazy outputs: any torch.Tensor subclass (one whose values are made when the harness touches it) is an
+    output_type violation, checked before the harness calls anything on it — here nn.Parameter, which the static
+    rules cannot tell from a plain tensor."""
+    kernel = _kernel(tmp_path, """
+def solve(x, b):
+    if not _EXE:
+        _EXE.append(tvm.compile(axpb, target="llvm", tir_pipeline="tirx"))
+    y = torch.empty_like(x)
+    _EXE[0](x, b, y)
+    return torch.nn.Parameter(y, requires_grad=False)
+""")
+    report = grade(problem, "tirx", kernel, device="cpu", options=FAST)
+    assert (report.status, report.reason) == ("rule_violation", "output_type"), report.agent_text()
