@@ -38,9 +38,10 @@ _type = type
 _gc_disable, _gc_enable, _gc_collect = gc.disable, gc.enable, gc.collect
 
 #: Imports refused at run time, whoever asks (other kernel languages and compilers).
+#: (NVRTC is not among them: TVM compiles its CUDA source through `cuda.bindings.nvrtc`, loaded on first use;
+#: the static rules keep candidates from importing it themselves.)
 FORBIDDEN_RUNTIME_IMPORTS = ("triton", "numba", "cupy", "pycuda", "torch._inductor", "torch.utils.cpp_extension",
-                             "torch._higher_order_ops.triton_kernel_wrap", "cuda.bindings.nvrtc", "cuda.cuda",
-                             "cuda.nvrtc", "cuda.core")
+                             "torch._higher_order_ops.triton_kernel_wrap")
 #: The DSLs' own device toolchain, which TVM runs as a process where NVRTC is missing (the CPU check). It runs
 #: inside the same sandbox (uid, namespaces, no_new_privs); every other program is refused.
 TOOLCHAIN = frozenset({"nvcc", "ptxas", "fatbinary", "nvlink"})
@@ -315,7 +316,7 @@ class Child:
             reply["randomized"] = self.gate.randomized
         del out, inputs
         self._check_clean()
-        _gc_collect()
+        self._collect()
         return reply, out_blobs
 
     def export_outputs(self, out: Any, slot: int, blobs: list[bytes]) -> Any:
@@ -377,27 +378,37 @@ class Child:
         draws = [self.inputs(d, blobs) for d in msg["draws"]]
         outs: list[Any] = []
         out_blobs: list[bytes] = []
-        prepare(cfg, acts)
-        enable(cfg, acts)
-        try:
-            for slot, inputs in enumerate(draws):
-                self.poison(int(msg.get("poison", 0)), int(msg.get("pattern", 0xFF)))
-                out, _ = self._bracket(inputs)
-                outs.append(self.export_outputs(out, slot, out_blobs))
-                del out
-        finally:
-            result = disable()
         kernels: list[tuple[str, float]] = []
-        for evt in result.events():
-            if str(evt.device_type()).endswith("CUDA") and evt.duration_ns():
-                kernels.append((str(evt.name()), evt.duration_ns() / 1e3 / len(draws)))
+        for slot, inputs in enumerate(draws):
+            # Only the call is profiled: the poison fill before it and the copy of its outputs after it are the
+            # harness's own kernels and stay outside the profiler's window.
+            self.poison(int(msg.get("poison", 0)), int(msg.get("pattern", 0xFF)))
+            self.b.sync()
+            prepare(cfg, acts)
+            enable(cfg, acts)
+            try:
+                out, _ = self._bracket(inputs)
+            finally:
+                result = disable()
+            for evt in result.events():
+                if str(evt.device_type()).endswith("CUDA") and evt.duration_ns():
+                    kernels.append((str(evt.name()), evt.duration_ns() / 1e3 / len(draws)))
+            outs.append(self.export_outputs(out, slot, out_blobs))
+            del out
         reply = {"ok": True, "kernels": kernels, "repeats": len(draws), "outs": outs,
                  "kernel_names": sorted(self.gate.kernel_names) if self.gate else [],
                  "launches": self.gate.launches / len(draws) if self.gate else None}
         del draws
         self._check_clean()
-        _gc_collect()
+        self._collect()
         return reply, out_blobs
+
+    def _collect(self) -> None:
+        """Collect garbage now, when no new inputs have arrived: finalizers the candidate planted run where they
+        can profit from nothing. The young generation every call, everything every 64 calls (a full collection of
+        a heap holding torch and a DSL compiler takes tens of milliseconds)."""
+        self._calls = getattr(self, "_calls", 0) + 1
+        _gc_collect(2 if self._calls % 64 == 0 else 0)
 
     def handle(self, msg: dict[str, Any], blobs: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
         """Dispatch one request."""
