@@ -31,16 +31,23 @@ DSLS: dict[str, Dsl] = {
 _RULES = """\
 Write one file, kernel.py (at most 300 KB), defining solve(*inputs). It is called positionally with the list
 make_inputs() returns (CUDA tensors on an H200, sm_90a) and must return the same structure as reference():
-container types, lengths and nesting; every tensor's shape, dtype and device.{mutates}
-Every call must launch at least one {dsl} kernel whose result a returned tensor depends on; eager PyTorch and
-plain Python may do the rest. You may cache compiled kernels, static metadata and output buffers, never
-input-dependent results. Forbidden: other kernel languages or compilers (Triton, CUDA C/C++ by any route,
-torch.compile, torch.jit, cpp_extension, ctypes, subprocess), library kernels reached through the DSL, CUDA
-graphs, calling or reusing reference/make_inputs, reading seeds, timers or grader state.
-Correctness: outputs are compared with reference() on float64-upcast inputs on at least 5 fresh random draws;
+container types, lengths and nesting; every tensor a plain torch.Tensor (no subclass) on the GPU, with the
+reference's shape and dtype.{mutates}
+Every call must launch {dsl} kernels whose computed values the returned tensors depend on, and those kernels must
+take at least 50 % of the call's GPU time; eager PyTorch and plain Python may do the rest. You may cache compiled
+kernels, static metadata and output buffers, never input-dependent results. Imports: torch, math, typing,
+functools, itertools, dataclasses, enum, collections, numbers and the {dsl} packages only. Forbidden: other kernel
+languages or compilers (Triton, CUDA C/C++ by any route, torch.compile, torch.jit, cpp_extension, jiterator),
+library kernels reached through the DSL, CUDA graphs, calling or reusing reference/make_inputs, reading seeds,
+timers, allocator statistics or grader state, processes, files, sockets, introspection (dunder attributes,
+frames, gc, getattr with computed names) and assigning to attributes of modules or of torch's objects. The kernel
+runs in a sandbox (its own user, no network, a private filesystem); what it refuses is a rule violation.
+Correctness: outputs are compared with reference() on float64-upcast inputs on at least 5 fresh random draws and
+on a secret random share of the timed and profiled calls, so every call must be right;
 a float output passes iff max|out - anchor| <= 3 * max(ref_err, eps(dtype) * max|anchor|), where ref_err is the
 error of reference() itself in the original dtypes. Integer outputs must be exact.{comparators}
-Score: end-to-end time of solve() against eager PyTorch (speedup = eager median / your median), only if correct."""
+Score: end-to-end time of solve() against eager PyTorch (speedup = eager median / your median), only if correct
+(grading protocol 2)."""
 
 
 def task_text(problem: Problem, dsl_key: str) -> str:

@@ -309,7 +309,8 @@ class Child:
         if self.device == "cpu":
             reply["inputs_after"] = [transport.pack_value(x, out_blobs) for x in inputs]
         if self.gate is not None and mode == "audit":
-            reply["audited"] = [[transport.pack_value(t.cpu(), out_blobs) for t in launch]
+            wanted = set(msg.get("audit_numels") or [])  # only arguments the size of an output can hold one
+            reply["audited"] = [[transport.pack_value(t.cpu(), out_blobs) for t in launch if t.numel() in wanted]
                                 for launch in self.gate.audited]
             reply["randomized"] = self.gate.randomized
         if self.gate is not None and mode == "randomize":
