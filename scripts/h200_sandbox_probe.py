@@ -84,8 +84,9 @@ def child_main(fd: int) -> None:
     except Exception as exc:  # noqa: BLE001
         out["child_export"] = f"failed: {type(exc).__name__}: {exc}"
     try:
-        import torch.multiprocessing  # noqa: F401
         from multiprocessing.reduction import ForkingPickler
+
+        import torch.multiprocessing  # noqa: F401
 
         rebuilt = ForkingPickler.loads(bytes.fromhex(msg["torch_pickle"]))
         out["torch_reductions"] = f"ok ({float(rebuilt.sum())})"
@@ -102,9 +103,10 @@ def child_main(fd: int) -> None:
 
 
 def parent_main(out_path: Path) -> None:
+    from multiprocessing.reduction import ForkingPickler
+
     import torch
     import torch.multiprocessing  # noqa: F401 - registers its reductions
-    from multiprocessing.reduction import ForkingPickler
 
     from metakernel.grader import transport
     from metakernel.grader.sandbox import make_plan, protect_parent

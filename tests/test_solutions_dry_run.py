@@ -39,9 +39,12 @@ def test_gold_passes_the_dry_run(sol):
 
 @pytest.mark.parametrize("sol", [s for s in SOLUTIONS if s.kind == "wrong"], ids=lambda s: s.key)
 def test_wrong_is_not_passed_off_as_gold_by_the_dry_run(sol):
-    """Static, structure and no-launch reasons show on the CPU; the rest need the GPU (validation/h200-gold.json)."""
+    """Static and structure reasons show on the CPU; the rest need the GPU (validation/h200-gold.json), though the
+    dry run may already catch some (a launch-less file, a sandbox refusal at import): then for the same reason."""
     report = dry_run(load_catalog().problem(sol.number), sol.dsl, sol.path)
-    if sol.expected_reason in ("static", "structure", "no_dsl_launch"):
-        assert (report.status, report.reason) == (sol.expected_status, sol.expected_reason), report.agent_text()
+    verdict = (report.status, report.reason)
+    if sol.expected_reason in ("static", "structure"):
+        assert verdict == (sol.expected_status, sol.expected_reason), report.agent_text()
     else:
-        assert report.status == "passed", report.agent_text()
+        assert report.status == "passed" or verdict == (sol.expected_status, sol.expected_reason), \
+            report.agent_text()

@@ -51,6 +51,7 @@ ALWAYS_REFUSED = ("os.system", "os.exec", "os.spawn", "os.fork",
                   "sys._current_frames", "sys._current_exceptions", "sys.settrace", "sys.setprofile",
                   "sys.addaudithook", "sys.monitoring.register_callback", "gc.get_objects", "gc.get_referrers",
                   "gc.get_referents", "os.kill", "signal.pthread_kill", "cpython._PySys_ClearAuditHooks")
+EVALUATED = frozenset({"<string>", "<ast>"})
 #: Events refused when the candidate's own code raises them (the DSLs use frames and introspection themselves).
 CANDIDATE_REFUSED = ("sys._getframe", "sys._getframemodulename", "object.__getattr__", "object.__setattr__",
                      "object.__delattr__", "function.__new__", "code.__new__", "exec", "compile",
@@ -80,7 +81,12 @@ class Guard:
             frame: Any = self._getframe(3)  # _from_candidate <- _check <- hook <- caller
         except ValueError:
             return False
-        return bool(frame is not None and os.path.realpath(frame.f_code.co_filename) == self.candidate)
+        if frame is None:
+            return False
+        name = frame.f_code.co_filename
+        # Code the candidate had evaluated (a string annotation resolved by typing, TVMScript's expression
+        # evaluator) runs in "<string>" / "<ast>" frames: it is the candidate's code too.
+        return name in EVALUATED or os.path.realpath(name) == self.candidate
 
     def refuse(self, what: str) -> None:
         """Record and raise: a caught refusal still ends the grading as a rule violation."""
@@ -88,6 +94,7 @@ class Guard:
         raise PermissionError(f"the grader's sandbox refused {what}")
 
     def __call__(self, event: str, args: tuple[Any, ...]) -> None:
+        """The audit hook: check one event (never re-entered by the checks' own events)."""
         if not self.armed or self._busy:
             return
         self._busy = True
@@ -259,7 +266,7 @@ class Child:
                         "libraries or write files)", "sandbox")
 
     def _bracket(self, inputs: list[Any]) -> tuple[Any, float]:
-        """sync → clock → solve → device-wide sync → clock, with the garbage collector off."""
+        """The timed window: sync, clock, solve, device-wide sync, clock (garbage collection off throughout)."""
         b = self.b
         b.sync()
         t0 = _perf()
@@ -405,9 +412,11 @@ class Child:
         return reply, out_blobs
 
     def _collect(self) -> None:
-        """Collect garbage now, when no new inputs have arrived: finalizers the candidate planted run where they
-        can profit from nothing. The young generation every call, everything every 64 calls (a full collection of
-        a heap holding torch and a DSL compiler takes tens of milliseconds)."""
+        """Collect garbage now, while no new inputs have arrived: planted finalizers can profit from nothing.
+
+        The young generation every call, everything every 64 calls (a full collection of a heap holding torch and
+        a DSL compiler takes tens of milliseconds).
+        """
         self._calls = getattr(self, "_calls", 0) + 1
         _gc_collect(2 if self._calls % 64 == 0 else 0)
 

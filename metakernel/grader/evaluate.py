@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from metakernel.compare import Expected, compare, compare_one
+from metakernel.compare import Expected, compare
 from metakernel.expected import compute_expected, fresh_copies
 from metakernel.grader import kernels as kernel_names
 from metakernel.grader.baseline import eager_timing
@@ -185,6 +185,7 @@ class Evaluation:
                 self.end("rule_violation", exc.reason or "sandbox", exc.text)
             self.end(exc.status, "compile" if exc.status == "compile_error" else "import",
                      f"importing {self.kernel.name} failed:\n{exc.text}")
+        assert self.worker is not None
         self.report.isolation = self.worker.isolation
         self.report.phases_s["import"] = ready.get("import_s", 0.0) + ready.get("dsl_import_s", 0.0)
 

@@ -26,8 +26,10 @@ PROFILE_BYTES = 8 << 30
 
 
 def seeded_draw(problem: Problem, device: str, scale: str) -> tuple[int, list[Any]]:
-    """One draw of inputs from an unpredictable seed (made in the parent; the candidate never sees the seed),
-    with that seed, which the report keeps so a `wrong` can be reproduced after grading."""
+    """One draw of inputs from an unpredictable seed (made in the parent; the candidate never sees it), and the seed.
+
+    The report keeps the seed of a failing draw, so a `wrong` can be reproduced after grading.
+    """
     seed = secrets.randbits(62)
     torch.manual_seed(seed)
     return seed, problem.make_inputs(device=device, scale=scale)

@@ -31,7 +31,7 @@ def _is_input(arg: torch.Tensor, inputs: list[Any]) -> bool:
 
 
 def _affine_match(arg: torch.Tensor, ref: torch.Tensor) -> bool:
-    """arg ≈ a·ref + b with a ≠ 0 (elementwise in the given order)."""
+    """Whether arg ≈ a·ref + b with a ≠ 0, element by element in the given order."""
     x = ref.reshape(-1).to(torch.float64)
     y = arg.reshape(-1).to(torch.float64)
     if not (torch.isfinite(x).all() and torch.isfinite(y).all()):

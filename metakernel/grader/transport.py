@@ -212,8 +212,11 @@ def unpack_value(spec: Any, blobs: list[bytes], arena: Any = None) -> Any:
 
 
 def place(values: list[Any], arena: Any, start: int = 0) -> tuple[list[Any], list[Any], int]:
-    """Copy a draw's tensors into `arena` from `start`: the arena views (same shape and strides), their specs
-    and the next free offset. Non-tensor values pass through as JSON."""
+    """Copy a draw's tensors into `arena` from `start`.
+
+    Returns the arena views (same shape and strides), their specs and the next free offset; non-tensor values pass
+    through as JSON.
+    """
     placed: list[Any] = []
     specs: list[Any] = []
     at = aligned(start)
