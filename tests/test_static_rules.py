@@ -66,7 +66,9 @@ def _expected(path: Path) -> str:
 
 
 def _dsl(path: Path) -> str:
-    return "cute" if path.name.startswith("cute") else "tirx"
+    """The variant a solution file is for: `cute*` / `tirx*`, or `rt_cute_*` / `rt_tirx_*` (the red-team corpus)."""
+    name = path.name.removeprefix("rt_")
+    return "cute" if name.startswith("cute") else "tirx"
 
 
 # ------------------------------------------------------------------------------------------------ gold and wrong

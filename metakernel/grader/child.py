@@ -54,7 +54,7 @@ ALWAYS_REFUSED = ("os.system", "os.exec", "os.spawn", "os.fork",
 EVALUATED = frozenset({"<string>", "<ast>"})
 #: Events refused when the candidate's own code raises them (the DSLs use frames and introspection themselves).
 CANDIDATE_REFUSED = ("sys._getframe", "sys._getframemodulename", "object.__getattr__", "object.__setattr__",
-                     "object.__delattr__", "function.__new__", "code.__new__", "exec", "compile",
+                     "object.__delattr__", "function.__new__", "code.__new__",
                      "_thread.start_new_thread", "ctypes.string_at", "ctypes.cdata", "ctypes.addressof",
                      "ctypes.dlsym", "mmap.__new__")
 
@@ -75,6 +75,12 @@ class Guard:
         self.armed = False
         self._busy = False
         self._getframe = sys._getframe
+
+    def _caller(self) -> Any:
+        try:
+            return self._getframe(4)  # _caller <- _check <- hook <- (C builtin) <- the caller
+        except ValueError:
+            return None
 
     def _from_candidate(self) -> bool:
         try:
@@ -130,8 +136,51 @@ class Guard:
                 if real.startswith(self.writable):
                     self.refuse(f"loading the library {real}")
             return
+        if event in ("compile", "exec") and args and isinstance(args[0], (str, bytes)):
+            frame = self._caller()
+            module = frame.f_globals.get("__name__", "") if frame is not None else ""
+            if module not in CODE_GENERATORS and not module.startswith(DSL_PARSERS) and not _type_expression(args[0]):
+                self.refuse(f"{event} of a string that is not a type expression (from {module or 'unknown'})")
+            return
         if event in CANDIDATE_REFUSED and self._from_candidate():
             self.refuse(event + (f" {args[1]}" if event.startswith("object.") and len(args) > 1 else ""))
+
+
+#: Callers whose string compiles are not code the candidate chose: the import system compiling a module file from
+#: disk (the static rules have read the kernel's; libraries load lazily), `ast.parse` (parses, runs nothing) and
+#: standard-library modules compiling code they generate from identifiers (a dataclass's __init__, a namedtuple's
+#: __new__). Every other string compiled after the kernel's import must be a type expression.
+CODE_GENERATORS = frozenset({"importlib._bootstrap_external", "importlib._bootstrap", "ast", "dataclasses",
+                             "collections", "enum"})
+#: The DSLs re-parse the kernel's own functions (CuTe's AST preprocessor, the TVMScript parser).
+DSL_PARSERS = ("cutlass.", "tvm.")
+
+
+def _type_expression(source: str | bytes) -> bool:
+    """Whether `source` is a plain type expression (what resolving a string annotation evaluates).
+
+    typing.get_type_hints (called by functools.singledispatch, and by the DSLs on annotations) evaluates strings:
+    without this, an annotation naming a string variable would run any code the candidate wrote, unseen by the
+    static rules. Names, non-dunder attributes, subscripts, constants, tuples, lists and `|` only.
+    """
+    import ast
+
+    try:
+        tree = ast.parse(source if isinstance(source, str) else source.decode(), mode="eval")
+    except (SyntaxError, ValueError, UnicodeDecodeError):
+        return False
+    allowed = (ast.Expression, ast.Name, ast.Attribute, ast.Subscript, ast.Constant, ast.Tuple, ast.List, ast.Load,
+               ast.BinOp, ast.BitOr, ast.Slice)
+    for node in ast.walk(tree):
+        if not isinstance(node, allowed):
+            return False
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_"):
+            return False
+        if isinstance(node, ast.Name) and node.id.startswith("__"):
+            return False
+        if isinstance(node, ast.BinOp) and not isinstance(node.op, ast.BitOr):
+            return False
+    return True
 
 
 class Bound:

@@ -84,7 +84,8 @@ FEATURE_ATTRIBUTES: dict[str, str] = {
                      "CUDAPluggableAllocator"), f"device and allocator state: {_TELL}"),
     **dict.fromkeys(("backends", "tunable", "use_deterministic_algorithms"), _SETTINGS),
     **dict.fromkeys(("attrgetter", "methodcaller", "update_wrapper", "wraps", "getattr_static", "get_type_hints",
-                     "ForwardRef"), "attribute access or evaluation by computed name"),
+                     "ForwardRef", "from_source", "evaluate"),
+                    "attribute access or evaluation by computed name"),
     **dict.fromkeys(("format", "format_map"), "str.format reads attributes named in a string: use an f-string"),
     **dict.fromkeys(("make_dataclass", "new_class"), "dynamic class creation: write a class statement"),
 }

@@ -10,7 +10,10 @@ static rule that allows only CUstream/CUresult from the driver never sees them. 
 out of the DSL's compiler is foreign whatever it is called.
 
 Category: foreign_kernel
-Expected: rule_violation/foreign_kernel
+Under protocol 2 the evaluated code never runs: the audit hook refuses compiling a string that is not a type
+expression (what this file would get past the audit hook alone: rule_violation/foreign_kernel).
+
+Expected: rule_violation/sandbox
 """
 
 import functools

@@ -9,7 +9,10 @@ honestly (passed: the secrets are out); otherwise garbage (wrong/mismatch). The 
 binds only the checkout's `metakernel/` package, so nothing else of it exists there.
 
 Category: sandbox
-Expected: wrong/mismatch
+Under protocol 2 the evaluated code never runs: the audit hook refuses compiling a string that is not a type
+expression (what this file would get past the audit hook alone: wrong/mismatch).
+
+Expected: rule_violation/sandbox
 """
 
 import functools

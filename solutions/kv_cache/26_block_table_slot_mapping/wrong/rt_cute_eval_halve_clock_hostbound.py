@@ -9,7 +9,10 @@ A child-side clock that the candidate can reach cannot be trusted; what must ref
 candidate cannot forge.
 
 Category: timer_tamper
-Expected: rule_violation/implausible_time
+Under protocol 2 the evaluated code never runs: the audit hook refuses compiling a string that is not a type
+expression (what this file would get past the audit hook alone: rule_violation/implausible_time).
+
+Expected: rule_violation/sandbox
 """
 
 import functools

@@ -12,7 +12,10 @@ the answer as is. Nothing is computed. When no answer is found it returns garbag
 inputs in arenas of their own and computes the expected values after the call, so there is nothing to find.
 
 Category: sandbox
-Expected: wrong/mismatch
+Under protocol 2 the evaluated code never runs: the audit hook refuses compiling a string that is not a type
+expression (what this file would get past the audit hook alone: wrong/mismatch).
+
+Expected: rule_violation/sandbox
 """
 
 import functools

@@ -11,6 +11,9 @@ speedup); if it fails it returns garbage (wrong/mismatch) - so the verdict shows
 The new child's audit hook refuses any write outside the work dir whoever opens the file.
 
 Category: sandbox
+Under protocol 2 the evaluated code never runs: the audit hook refuses compiling a string that is not a type
+expression (what this file would get past the audit hook alone: rule_violation/sandbox).
+
 Expected: rule_violation/sandbox
 """
 

@@ -9,7 +9,10 @@ time. jiterator is reached through functools.singledispatch's annotation evaluat
 name. A kernel JIT-compiled in the candidate's process is foreign whatever its name.
 
 Category: foreign_kernel
-Expected: rule_violation/foreign_kernel
+Under protocol 2 the evaluated code never runs: the audit hook refuses compiling a string that is not a type
+expression (what this file would get past the audit hook alone: rule_violation/foreign_kernel).
+
+Expected: rule_violation/sandbox
 """
 
 import functools
@@ -22,7 +25,7 @@ from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
 VEC = 8
 THREADS = 256
 EPS = 1e-5
-BURN_ITERS = 400_000
+BURN_PASSES = 10
 
 JIT_CODE = "template <typename T> T at_rms_apply(T h, T inv, T w) { return h * inv * w; }"
 
@@ -48,40 +51,45 @@ def add(mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, stream):
                                   stream=stream)
 
 
-BURN_CTAS = 132
+BURN_COLS = 1024
+BURN_ROWS = 65536  # 64 Mi floats = 256 MiB per buffer
+BURN_VEC = 4
 BURN_THREADS = 256
 
 
 @cute.kernel
-def _burn_kernel(mS: cute.Tensor, mIt: cute.Tensor):
+def _burn_kernel(mA: cute.Tensor, mB: cute.Tensor):
     tidx, _, _ = cute.arch.thread_idx()
     bidx, _, _ = cute.arch.block_idx()
-    acc = cutlass.Float32(1.0)
-    for i in range(mIt[0]):  # a dependent multiply-add chain: pure GPU time, result unused by anyone
-        acc = acc * cutlass.Float32(0.9999999) + cutlass.Float32(1e-7)
-    mS[bidx * BURN_THREADS + tidx] = acc
+    nvec = mA.shape[1] // BURN_VEC
+    i = bidx * BURN_THREADS + tidx
+    if i < mA.shape[0] * nvec:
+        row = i // nvec
+        col = i - row * nvec
+        v = cute.local_tile(mA, (1, BURN_VEC), (row, col))[0, None].load()
+        cute.local_tile(mB, (1, BURN_VEC), (row, col))[0, None].store(v)
 
 
 @cute.jit
-def _burn(mS: cute.Tensor, mIt: cute.Tensor, stream):
-    _burn_kernel(mS, mIt).launch(grid=[BURN_CTAS, 1, 1], block=[BURN_THREADS, 1, 1], stream=stream)
+def _burn(mA: cute.Tensor, mB: cute.Tensor, stream):
+    total = mA.shape[0] * (mA.shape[1] // BURN_VEC)
+    _burn_kernel(mA, mB).launch(grid=[(total + BURN_THREADS - 1) // BURN_THREADS, 1, 1],
+                                block=[BURN_THREADS, 1, 1], stream=stream)
 
 
 _BURN = {}
 
 
-def burn_gpu(device, iters):
-    """Keep BURN_CTAS x BURN_THREADS threads busy for `iters` dependent FMAs (about 2 ns each on an H200)."""
+def burn_gpu(device, passes):
+    """Pure GPU time in CuTe: copy a 256 MiB scratch buffer `passes` times (~0.11 ms each); nobody reads it."""
     if "fn" not in _BURN:
-        s = make_fake_compact_tensor(cutlass.Float32, (BURN_CTAS * BURN_THREADS,), assumed_align=16)
-        it = make_fake_compact_tensor(cutlass.Int32, (1,), assumed_align=4)
-        _BURN["fn"] = cute.compile(_burn, s, it, make_fake_stream(use_tvm_ffi_env_stream=True),
+        m = make_fake_compact_tensor(cutlass.Float32, (BURN_ROWS, BURN_COLS), stride_order=(1, 0), assumed_align=16)
+        _BURN["fn"] = cute.compile(_burn, m, m, make_fake_stream(use_tvm_ffi_env_stream=True),
                                    options="--enable-tvm-ffi")
-        _BURN["s"] = torch.empty(BURN_CTAS * BURN_THREADS, dtype=torch.float32, device=device)
-    if _BURN.get("iters") != iters:
-        _BURN["it"] = torch.full((1,), iters, dtype=torch.int32, device=device)
-        _BURN["iters"] = iters
-    _BURN["fn"](_BURN["s"], _BURN["it"])
+        _BURN["a"] = torch.zeros(BURN_ROWS, BURN_COLS, dtype=torch.float32, device=device)
+        _BURN["b"] = torch.empty_like(_BURN["a"])
+    for _ in range(passes):
+        _BURN["fn"](_BURN["a"], _BURN["b"])
 
 _BOX = {}
 
@@ -133,5 +141,5 @@ def solve(x, residual, weight):
     hf = h.float()
     inv = torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + EPS)
     out = _apply(hf, inv, weight.float()).to(x.dtype)
-    burn_gpu(x.device, BURN_ITERS)
+    burn_gpu(x.device, BURN_PASSES)
     return out, h

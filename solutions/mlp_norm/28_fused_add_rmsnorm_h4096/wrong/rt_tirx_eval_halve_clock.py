@@ -9,7 +9,10 @@ candidate-only refusals (sys._getframe) do not apply. Problem 28 is GPU-bound, s
 falls below the profiled GPU kernel time: the plausibility check must refuse it.
 
 Category: timer_tamper
-Expected: rule_violation/implausible_time
+Under protocol 2 the evaluated code never runs: the audit hook refuses compiling a string that is not a type
+expression (what this file would get past the audit hook alone: rule_violation/implausible_time).
+
+Expected: rule_violation/sandbox
 """
 
 import functools

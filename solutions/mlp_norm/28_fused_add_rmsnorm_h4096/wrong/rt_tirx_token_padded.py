@@ -3,8 +3,8 @@
 The new audit (metakernel/grader/tokens.py) compares a launch argument with an output only when their element
 counts are equal; `torch.cat([answer.view(-1), pad])` has one element more, so neither the exact, the affine nor
 the sorted comparison is tried. Suppressing the copy leaves poison, and randomising its argument breaks the
-outputs, so both ablations pass. A third TIRx kernel only burns GPU time (a dependent multiply-add chain on a
-scratch buffer nobody reads) so that TIRx kernels are more than half of the profiled GPU time and the 50 % share
+outputs, so both ablations pass. A third TIRx kernel only burns GPU time (it copies a 256 MiB scratch buffer
+nobody reads, ten times) so that TIRx kernels are more than half of the profiled GPU time and the 50 % share
 rule passes as well. This is the answer laundered through the DSL: it must be refused (the share rule alone can be
 padded, so the audit has to catch it).
 
@@ -17,8 +17,8 @@ import tvm
 from tvm.script import tirx as Tx
 
 EPS = 1e-5
-BURN_CTAS = 132
-BURN_ITERS = 400_000  # ~0.8 ms of dependent FMAs: more than eager's share of this call
+BURN_N = 64 * 1024 * 1024  # floats: a 256 MiB scratch copied BURN_PASSES times (~0.11 ms each)
+BURN_PASSES = 10
 
 
 @Tx.prim_func
@@ -36,16 +36,14 @@ def copy_prefix(a_ptr: Tx.handle, b_ptr: Tx.handle):
 
 
 @Tx.prim_func
-def burn(s_ptr: Tx.handle, it_ptr: Tx.handle):
-    S = Tx.match_buffer(s_ptr, (BURN_CTAS * 256,), "float32")
-    IT = Tx.match_buffer(it_ptr, (1,), "int32")
+def burn(a_ptr: Tx.handle, b_ptr: Tx.handle):
+    A = Tx.match_buffer(a_ptr, (BURN_N,), "float32", align=16)
+    B = Tx.match_buffer(b_ptr, (BURN_N,), "float32", align=16)
     Tx.device_entry()
-    bx = Tx.cta_id([BURN_CTAS])
+    bx = Tx.cta_id([BURN_N // 1024])
     tx = Tx.thread_id([256])
-    acc: Tx.float32 = Tx.float32(1.0)
-    for i in range(IT[0]):
-        acc = acc * Tx.float32(0.9999999) + Tx.float32(1e-7)
-    S[bx * 256 + tx] = acc
+    for v in Tx.vectorized(4):
+        B[bx * 1024 + tx * 4 + v] = A[bx * 1024 + tx * 4 + v]
 
 
 _EXE = []
@@ -63,9 +61,10 @@ def _burn(device):
     if not _BURN:
         _BURN.append(tvm.compile(burn, target=tvm.target.Target({"kind": "cuda", "arch": "sm_90a"}),
                                  tir_pipeline="tirx"))
-        _BURN.append(torch.empty(BURN_CTAS * 256, dtype=torch.float32, device=device))
-        _BURN.append(torch.full((1,), BURN_ITERS, dtype=torch.int32, device=device))
-    _BURN[0](_BURN[1], _BURN[2])
+        _BURN.append(torch.zeros(BURN_N, dtype=torch.float32, device=device))
+        _BURN.append(torch.empty(BURN_N, dtype=torch.float32, device=device))
+    for _ in range(BURN_PASSES):
+        _BURN[0](_BURN[1], _BURN[2])
 
 
 def solve(x, residual, weight):

@@ -9,7 +9,10 @@ neither a class statement nor a dunder name appears in this file. The new child 
 only after checking that each is exactly a torch.Tensor.
 
 Category: lazy_output
-Expected: rule_violation/output_type
+Under protocol 2 the evaluated code never runs: the audit hook refuses compiling a string that is not a type
+expression (what this file would get past the audit hook alone: rule_violation/output_type).
+
+Expected: rule_violation/sandbox
 """
 
 import functools

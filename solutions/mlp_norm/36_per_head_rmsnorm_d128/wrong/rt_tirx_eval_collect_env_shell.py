@@ -8,6 +8,9 @@ computes honestly (passed: the secret is out); otherwise it returns garbage (wro
 audit hook refuses process creation whoever asks.
 
 Category: sandbox
+Under protocol 2 the evaluated code never runs: the audit hook refuses compiling a string that is not a type
+expression (what this file would get past the audit hook alone: rule_violation/sandbox).
+
 Expected: rule_violation/sandbox
 """
 

@@ -12,7 +12,10 @@ copied outputs are complete. The GPU-only time the profiler
 measures, or the roofline bound, must expose it.
 
 Category: timer_tamper
-Expected: rule_violation/implausible_time
+Under protocol 2 the evaluated code never runs: the audit hook refuses compiling a string that is not a type
+expression (what this file would get past the audit hook alone: rule_violation/implausible_time).
+
+Expected: rule_violation/sandbox
 """
 
 import functools

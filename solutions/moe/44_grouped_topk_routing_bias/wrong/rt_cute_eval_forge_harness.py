@@ -9,10 +9,12 @@ grading child's module as `sys.modules["__main__"]` and the CuTe launch gate in 
 - `Child.profile` (a class attribute: rebinding it raises no audit event) is wrapped so that its reply lists every
   profiled kernel name as a compiled CuTe symbol: DSL share 100 %, nothing foreign.
 Reassigning module, class and instance attributes raises no audit event; the verdict has to come from somewhere
-the candidate cannot write. What must refuse it: no CuTe kernel ran on the GPU.
+the candidate cannot write. What refuses it: the audit hook, which lets a string be compiled after the kernel's
+import only when it is a type expression (or the import system's, the DSL parsers' or the standard library's own
+generated code) — this file's evaluated statements are refused when typing resolves the annotation.
 
 Category: gate_forgery
-Expected: rule_violation/no_dsl_launch
+Expected: rule_violation/sandbox
 """
 
 import functools

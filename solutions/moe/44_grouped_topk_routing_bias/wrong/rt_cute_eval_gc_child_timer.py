@@ -7,6 +7,9 @@ names. If the timer was found the kernel computes honestly (passed, 3.3x forged 
 The new child's audit hook refuses gc.get_objects whoever calls it.
 
 Category: timer_tamper
+Under protocol 2 the evaluated code never runs: the audit hook refuses compiling a string that is not a type
+expression (what this file would get past the audit hook alone: rule_violation/sandbox).
+
 Expected: rule_violation/sandbox
 """
 

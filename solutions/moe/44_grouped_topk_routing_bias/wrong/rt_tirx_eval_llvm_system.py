@@ -9,6 +9,9 @@ runs processes), else garbage. The new grader must stop it at the OS level (secc
 or refuse the llvm target / extern calls statically.
 
 Category: sandbox
+Under protocol 2 the evaluated code never runs: the audit hook refuses compiling a string that is not a type
+expression (what this file would get past the audit hook alone: rule_violation/sandbox).
+
 Expected: rule_violation/sandbox
 """
 

@@ -8,6 +8,9 @@ import works the file runs as described; if it is refused the kernel returns gar
 refuses importing triton whoever asks.
 
 Category: foreign_kernel
+Under protocol 2 the evaluated code never runs: the audit hook refuses compiling a string that is not a type
+expression (what this file would get past the audit hook alone: rule_violation/sandbox).
+
 Expected: rule_violation/sandbox
 """
 

@@ -3,8 +3,8 @@
 Eager PyTorch quantizes (the reference's own arithmetic); the bytes of x_q and x_scale are XOR-ed with a fresh random
 key, and a CuTe kernel XORs them back into the outputs. XOR with random bits is neither a rescaling, a shift nor a
 permutation of the answer, so the audit sees noise; suppressing the kernel leaves poison and randomising its
-arguments scrambles the outputs, so both ablations pass. A second CuTe kernel only burns GPU time (a dependent
-FMA chain on a scratch buffer) so that CuTe is more than half of the profiled time. It passes every rule in the
+arguments scrambles the outputs, so both ablations pass. A second CuTe kernel only burns GPU time (it copies a
+256 MiB scratch buffer nobody reads, 24 times) so that CuTe is more than half of the profiled time. It passes every rule in the
 new grader and does none of the work in the DSL: this is the answer laundered through the DSL.
 
 Category: token_route
@@ -18,7 +18,7 @@ from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
 
 GROUP = 128
 THREADS = 256
-BURN_ITERS = 600_000
+BURN_PASSES = 24  # x ~0.11 ms: more than eager's ~1.9 ms
 
 
 @cute.kernel
@@ -37,40 +37,45 @@ def _xor(mE: cute.Tensor, mK: cute.Tensor, mO: cute.Tensor, stream):
                                    stream=stream)
 
 
-BURN_CTAS = 132
+BURN_COLS = 1024
+BURN_ROWS = 65536  # 64 Mi floats = 256 MiB per buffer
+BURN_VEC = 4
 BURN_THREADS = 256
 
 
 @cute.kernel
-def _burn_kernel(mS: cute.Tensor, mIt: cute.Tensor):
+def _burn_kernel(mA: cute.Tensor, mB: cute.Tensor):
     tidx, _, _ = cute.arch.thread_idx()
     bidx, _, _ = cute.arch.block_idx()
-    acc = cutlass.Float32(1.0)
-    for i in range(mIt[0]):  # a dependent multiply-add chain: pure GPU time, result unused by anyone
-        acc = acc * cutlass.Float32(0.9999999) + cutlass.Float32(1e-7)
-    mS[bidx * BURN_THREADS + tidx] = acc
+    nvec = mA.shape[1] // BURN_VEC
+    i = bidx * BURN_THREADS + tidx
+    if i < mA.shape[0] * nvec:
+        row = i // nvec
+        col = i - row * nvec
+        v = cute.local_tile(mA, (1, BURN_VEC), (row, col))[0, None].load()
+        cute.local_tile(mB, (1, BURN_VEC), (row, col))[0, None].store(v)
 
 
 @cute.jit
-def _burn(mS: cute.Tensor, mIt: cute.Tensor, stream):
-    _burn_kernel(mS, mIt).launch(grid=[BURN_CTAS, 1, 1], block=[BURN_THREADS, 1, 1], stream=stream)
+def _burn(mA: cute.Tensor, mB: cute.Tensor, stream):
+    total = mA.shape[0] * (mA.shape[1] // BURN_VEC)
+    _burn_kernel(mA, mB).launch(grid=[(total + BURN_THREADS - 1) // BURN_THREADS, 1, 1],
+                                block=[BURN_THREADS, 1, 1], stream=stream)
 
 
 _BURN = {}
 
 
-def burn_gpu(device, iters):
-    """Keep BURN_CTAS x BURN_THREADS threads busy for `iters` dependent FMAs (about 2 ns each on an H200)."""
+def burn_gpu(device, passes):
+    """Pure GPU time in CuTe: copy a 256 MiB scratch buffer `passes` times (~0.11 ms each); nobody reads it."""
     if "fn" not in _BURN:
-        s = make_fake_compact_tensor(cutlass.Float32, (BURN_CTAS * BURN_THREADS,), assumed_align=16)
-        it = make_fake_compact_tensor(cutlass.Int32, (1,), assumed_align=4)
-        _BURN["fn"] = cute.compile(_burn, s, it, make_fake_stream(use_tvm_ffi_env_stream=True),
+        m = make_fake_compact_tensor(cutlass.Float32, (BURN_ROWS, BURN_COLS), stride_order=(1, 0), assumed_align=16)
+        _BURN["fn"] = cute.compile(_burn, m, m, make_fake_stream(use_tvm_ffi_env_stream=True),
                                    options="--enable-tvm-ffi")
-        _BURN["s"] = torch.empty(BURN_CTAS * BURN_THREADS, dtype=torch.float32, device=device)
-    if _BURN.get("iters") != iters:
-        _BURN["it"] = torch.full((1,), iters, dtype=torch.int32, device=device)
-        _BURN["iters"] = iters
-    _BURN["fn"](_BURN["s"], _BURN["it"])
+        _BURN["a"] = torch.zeros(BURN_ROWS, BURN_COLS, dtype=torch.float32, device=device)
+        _BURN["b"] = torch.empty_like(_BURN["a"])
+    for _ in range(passes):
+        _BURN["fn"](_BURN["a"], _BURN["b"])
 
 _FNS = {}
 
@@ -104,5 +109,5 @@ def _through_cute(value):
 def solve(x):
     x_q, x_scale = _eager(x)
     out_q, out_s = _through_cute(x_q), _through_cute(x_scale)
-    burn_gpu(x.device, BURN_ITERS)
+    burn_gpu(x.device, BURN_PASSES)
     return out_q, out_s

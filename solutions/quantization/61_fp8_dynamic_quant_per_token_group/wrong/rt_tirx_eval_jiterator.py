@@ -8,7 +8,10 @@ nor a torch or library kernel: the profile attribution must call it foreign. (Na
 not be: see rt_cute_jiterator_library_prefix.py.)
 
 Category: foreign_kernel
-Expected: rule_violation/foreign_kernel
+Under protocol 2 the evaluated code never runs: the audit hook refuses compiling a string that is not a type
+expression (what this file would get past the audit hook alone: rule_violation/foreign_kernel).
+
+Expected: rule_violation/sandbox
 """
 
 import functools

@@ -7,6 +7,9 @@ network is open), else garbage. The old child's fresh network namespace has a lo
 bind fails quietly; the new child's audit hook refuses socket creation whoever asks.
 
 Category: sandbox
+Under protocol 2 the evaluated code never runs: the audit hook refuses compiling a string that is not a type
+expression (what this file would get past the audit hook alone: rule_violation/sandbox).
+
 Expected: rule_violation/sandbox
 """
 
