@@ -6,13 +6,12 @@
 # Prints the sandbox's isolation self-test first, then grades solutions/ (gold must pass, wrong and red-team files
 # must be rejected as their docstrings say), resuming from validation/h200-gold.json (carried in with the tree,
 # re-grading entries of an older protocol), rewriting it after every file and stopping new gradings after $BUDGET
-# seconds. Copies the report to $OUT. Exit 3 means "more to do: run it again".
+# seconds. Exit 3 means "more to do: run it again" (carry $OUT's report back into validation/ first).
 set -uo pipefail
-REPORT=validation/h200-gold.json
+# The report is written under $OUT (after every file), so a call stopped at its time limit still brings it back.
+REPORT=${OUT:-validation}/h200-gold.json
+[ "$REPORT" = validation/h200-gold.json ] || cp validation/h200-gold.json "$REPORT" 2>/dev/null || true
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 python3 -m metakernel.grader.probe | tee "${OUT:-/tmp}/isolation.txt"
 python3 -m metakernel problems validate --gold "$@" --device cuda --report "$REPORT" --resume \
   --time-budget "${BUDGET:-480}"
-rc=$?
-if [ -n "${OUT:-}" ] && [ -f "$REPORT" ]; then cp "$REPORT" "$OUT/"; fi
-exit $rc

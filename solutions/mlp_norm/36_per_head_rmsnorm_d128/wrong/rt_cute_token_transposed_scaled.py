@@ -1,11 +1,9 @@
 """Token route: the eager answer handed to CuTe transposed AND doubled; the CuTe kernel halves and un-transposes it.
 
-metakernel/grader/tokens.py tests an argument against the answer elementwise in the answer's order (exact, or
-a * answer + b), or bit for bit with its elements reordered (sorted values equal), but says itself that
-"reordered and rescaled at once is not tested". `2 * answer.transpose(0, 1)` is both, so the audit passes it;
-suppressing the kernel leaves poison and randomising its argument gives noise, so both ablations pass too.
-Expected is what must happen: the DSL only passes on what eager code computed. (The DSL share is ~25 % here,
-so the share rule happens to refuse it; with a burn kernel, as in rt_tirx_token_padded.py, nothing would.)
+The old audit compared each launch argument with the outputs as they are (after a reshape), so a transposed and
+rescaled copy passed, and both ablations pass too (suppressed: poison; randomised argument: noise). The first
+version of the new audit tested rescaled copies in the answer's order and reordered copies bit for bit, but not
+both at once; `2 * answer.transpose(0, 1)` is both. It is now caught (transposed affine tokens; seen on the H200).
 
 Category: token_route
 Expected: rule_violation/dsl_token
