@@ -22,9 +22,10 @@ class LaunchGate:
     `kernel_names` collects the device-function names of launched kernels, for profiler attribution.
     `audit`: copy every launch's tensor arguments before it runs (token kernels are handed the answer).
     `randomize`: the dependency ablation. Before each launch its tensor arguments are overwritten with random
-    values (floats) or shuffled (integers, so indices stay in range); after it, the arguments that are problem
-    inputs (they lie in `input_arena`, the parent's input buffer) get their values back, so eager code after the
-    launch sees the true inputs. If the outputs are still right, the values the DSL computed did not matter.
+    values (floats) or shuffled (integers, so indices stay in range); after it, every argument the launch did not
+    write gets its values back (`after_launch`), so eager code after the launch sees the true inputs. If the
+    outputs are still right, the values the DSL computed did not matter. (`input_arena`: where the parent's
+    inputs lie, for adapters that need to tell them apart.)
     """
 
     mode: str = "run"
@@ -55,15 +56,20 @@ class LaunchGate:
         return False
 
     def after_launch(self) -> None:
-        """Called by the hooks once a launch returned: give problem inputs their values back (randomize only)."""
+        """Called by the hooks once a launch returned: give back the values of every argument it did not write.
+
+        Problem inputs then hold their true values for eager code after the launch, and an argument the kernel
+        only reads (a sentinel that would reveal the ablation) looks untouched; what the kernel wrote stays.
+        """
         if not self._restore:
             return
         import torch
 
         if torch.cuda.is_available():
-            torch.cuda.synchronize()  # the launch may be on any stream: let it finish reading first
-        for view, saved in self._restore:
-            view.copy_(saved)
+            torch.cuda.synchronize()  # the launch may be on any stream: let it finish first
+        for view, saved, perturbed in self._restore:
+            if torch.equal(view, perturbed):
+                view.copy_(saved)
         self._restore = []
 
     def _perturb(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -74,8 +80,7 @@ class LaunchGate:
         for tensor in _tensors(args, kwargs):
             if tensor.numel() == 0:
                 continue
-            if self._in_arena(tensor):
-                self._restore.append((tensor, tensor.clone()))
+            saved = tensor.clone()
             if tensor.is_floating_point():
                 tensor.copy_(torch.randn(tensor.shape, device=tensor.device).to(tensor.dtype))
             elif tensor.dtype != torch.bool and tensor.numel() > 1:
@@ -84,6 +89,7 @@ class LaunchGate:
                 tensor.copy_(flat[perm].reshape(tensor.shape))
             else:
                 continue
+            self._restore.append((tensor, saved, tensor.clone()))
             self.randomized += 1
 
     def _in_arena(self, tensor: Any) -> bool:

@@ -420,8 +420,13 @@ class Child:
         if self.device == "cpu":
             reply["inputs_after"] = [transport.pack_value(x, out_blobs) for x in inputs]
         if self.gate is not None and mode == "audit":
-            wanted = set(msg.get("audit_numels") or [])  # only arguments the size of an output can hold one
-            reply["audited"] = [[transport.pack_value(t.cpu(), out_blobs) for t in launch if t.numel() in wanted]
+            sizes = list(msg.get("audit_numels") or [])  # only arguments about the size of an output (or padded
+            # by a little) can hold one: others (caches, weights) stay here
+
+            def wanted(t: Any) -> bool:
+                return any(n <= t.numel() <= n + max(64, n // 100) for n in sizes)
+
+            reply["audited"] = [[transport.pack_value(t.cpu(), out_blobs) for t in launch if wanted(t)]
                                 for launch in self.gate.audited]
             reply["randomized"] = self.gate.randomized
         if self.gate is not None and mode == "randomize":

@@ -2,9 +2,10 @@
 
 The audit draw copies every DSL launch's tensor arguments before the launch runs. An argument that already holds
 an output's value — within the output's comparator, rescaled and shifted element by element (a·answer + b, a ≠ 0),
-or bit for bit with its elements reordered (a transpose, a reshape, a permutation) — means the DSL only passes on
-what eager code computed. (Reordered and rescaled at once is not tested: sorted samples of two similar
-distributions fit an affine line closely, which would flag honest intermediates.)
+bit for bit with its elements reordered (a transpose, a reshape, a permutation), as the first or last block of a
+padded buffer, or (integers) shifted by a constant — means the DSL only passes on what eager code computed.
+(Reordered and rescaled at once is not tested: sorted samples of two similar distributions fit an affine line
+closely, which would flag honest intermediates.)
 Arguments equal to a problem input are skipped (a problem whose output is a copy of an input would otherwise
 flag the honest kernel), as are the caches a kernel updates in place (MUTATES).
 """
@@ -46,6 +47,23 @@ def _affine_match(arg: torch.Tensor, ref: torch.Tensor) -> bool:
     return abs(a) > 1e-6 and float((resid * resid).sum()) <= (AFFINE_TOLERANCE ** 2) * syy
 
 
+def _holds_block(arg: torch.Tensor, ref: torch.Tensor) -> bool:
+    """The answer as the first or last block of a larger argument (padded)."""
+    n = ref.numel()
+    if arg.numel() <= n or arg.dtype != ref.dtype or n < MIN_ELEMENTS:
+        return False
+    flat, want = arg.reshape(-1), ref.reshape(-1).to(arg.device)
+    return bool(torch.equal(flat[:n], want) or torch.equal(flat[-n:], want))
+
+
+def _shifted(arg: torch.Tensor, ref: torch.Tensor) -> bool:
+    """An integer answer plus a constant."""
+    if ref.is_floating_point() or arg.is_floating_point() or arg.numel() < MIN_ELEMENTS:
+        return False
+    diff = arg.reshape(-1).long() - ref.reshape(-1).to(arg.device).long()
+    return bool((diff == diff[0]).all())
+
+
 def token_output(arg: torch.Tensor, inputs: list[Any], expected: Expected, mutates: tuple[str, ...]) -> str | None:
     """The name of the output `arg` already holds (in any of the forms above), or None."""
     if arg.numel() < 1 or _is_input(arg, inputs):
@@ -54,8 +72,14 @@ def token_output(arg: torch.Tensor, inputs: list[Any], expected: Expected, mutat
         if name in mutates:
             continue
         ref = expected.reference[name]
-        if arg.numel() != ref.numel() or not ref.numel() or bool((ref == 0).all()):
+        if not ref.numel() or bool((ref == 0).all()):
             continue
+        if _holds_block(arg, ref):
+            return name
+        if arg.numel() != ref.numel():
+            continue
+        if _shifted(arg, ref):
+            return name
         if arg.dtype == ref.dtype:
             leaves = {**expected.reference, name: arg.reshape(ref.shape).to(ref.device)}
             _, mismatch = compare_one(name, leaves, expected)

@@ -1,0 +1,68 @@
+"""Unit checks of the integrity pieces that need no child process: token forms, kernel attribution, the
+dependency ablation's restore rule and the audit hook's compile rule."""
+
+from __future__ import annotations
+
+import torch
+
+from metakernel.compare import Expected
+from metakernel.dsl.base import LaunchGate
+from metakernel.grader.child import _type_expression
+from metakernel.grader.kernels import classify
+from metakernel.grader.tokens import token_output
+
+
+def _expected(out: torch.Tensor) -> Expected:
+    return Expected(returned=out, names=("out",), mutated=(), anchor={"out": out.double()}, reference={"out": out},
+                    specs={})
+
+
+def test_token_forms_are_found_and_honest_arguments_are_not():
+    """Pins the audit: the answer as is, affine, transposed, permuted, padded or (ints) shifted is a token; an
+    input, or an independent tensor of the same distribution, is not."""
+    torch.manual_seed(1)
+    x = torch.randn(64, 48)
+    out = x * 3.0 - 1.0
+    expected = _expected(out)
+    for form in (out.clone(), 2 * out + 5, out.t().contiguous(), out.reshape(-1)[torch.randperm(out.numel())],
+                 torch.cat([out.reshape(-1), torch.zeros(1)]), 0.5 * out.t().contiguous()):
+        assert token_output(form, [x], expected, ()) == "out"
+    assert token_output(x.clone(), [x], expected, ()) is None  # an input: the honest kernel's argument
+    assert token_output(torch.randn(64, 48), [x], expected, ()) is None
+    ids = torch.randint(0, 1000, (4096,))
+    assert token_output(ids + 1000, [x], _expected(ids), ()) == "out"
+    assert token_output(torch.randint(0, 1000, (4096,)), [x], _expected(ids), ()) is None
+
+
+def test_kernels_are_attributed_by_exact_symbol():
+    """A DSL kernel only by the exact symbol it compiled; library kernels by C++ names or vendor prefixes; any
+    other plain C name is another JIT's."""
+    symbols = {"kernel_cutlass_add_0"}
+    assert classify("kernel_cutlass_add_0", symbols) == "dsl"
+    assert classify("kernel_cutlass_add_1", symbols) == "foreign"  # no substring matching
+    assert classify("void at::native::vectorized_elementwise_kernel<4>(int)", symbols) == "library"
+    assert classify("nvjet_tst_128x256_h", symbols) == "library" and classify("sm90_xmma_gemm", symbols) == "library"
+    assert classify("Memcpy DtoD (Device -> Device)", symbols) == "library"
+    for foreign in ("triton_poi_fused_add_0", "elementwise_kernel", "at_gemm", "gemm_kernel"):
+        assert classify(foreign, symbols) == "foreign"
+
+
+def test_randomize_ablation_restores_what_the_launch_did_not_write():
+    """Arguments a launch only reads (inputs, sentinels) get their values back; what it wrote stays."""
+    gate = LaunchGate(mode="run", randomize=True)
+    read, written = torch.randn(256), torch.zeros(256)
+    before = read.clone()
+    assert gate.should_launch((read, written))
+    assert not torch.equal(read, before) and gate.randomized == 2
+    written.copy_(read * 2)  # the "kernel": reads the perturbed input, writes its output
+    result = written.clone()
+    gate.after_launch()
+    assert torch.equal(read, before) and torch.equal(written, result)
+
+
+def test_only_type_expressions_may_be_compiled_from_strings():
+    """The audit hook's rule for strings compiled after the kernel's import (typing resolving annotations)."""
+    for ok in ("int", "cute.Tensor", "list[int] | None", "cutlass.Constexpr[int]", "'Tensor'"):
+        assert _type_expression(ok), ok
+    for bad in ("exec('x') or int", "__import__('os')", "x.__class__", "f()", "lambda: 0", "a + b", "x._private"):
+        assert not _type_expression(bad), bad
