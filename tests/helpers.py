@@ -29,6 +29,19 @@ def roofline(x, w):
 
 
 #: A CPU (llvm-target) TIRx kernel y = 2x + b that really runs on CPU tensors; test kernels build on it.
+#: A small synthetic problem (y = 2·x + b in fp32) for the grader's CPU tests: the llvm-target TIRx kernel below
+#: solves it, and the grader's machinery is what is under test.
+AXPB_PROBLEM = """
+def reference(x, b):
+    return x * 2.0 + b
+
+def make_inputs(device="cuda", scale="full"):
+    return [torch.randn(64, 32, device=device), torch.randn(32, device=device)]
+
+def roofline(x, b):
+    return {"flops": 2 * x.numel(), "bytes": 4 * (2 * x.numel() + b.numel())}
+"""
+
 AXPB_LLVM = '''
 import torch
 import tvm

@@ -17,19 +17,10 @@ import pytest
 from metakernel.grader.evaluate import GradeOptions, dry_run, grade
 from metakernel.problem import load_problem_file
 from tests.helpers import AXPB_LLVM, write_problem
+from tests.helpers import AXPB_PROBLEM as PROBLEM
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("tvm") is None, reason="apache-tvm is not installed")
 
-PROBLEM = """
-def reference(x, b):
-    return x * 2.0 + b
-
-def make_inputs(device="cuda", scale="full"):
-    return [torch.randn(64, 32, device=device), torch.randn(32, device=device)]
-
-def roofline(x, b):
-    return {"flops": 2 * x.numel(), "bytes": 4 * (2 * x.numel() + b.numel())}
-"""
 
 HEADER = AXPB_LLVM + '''
 

@@ -17,20 +17,11 @@ from metakernel.grader import probe, sandbox
 from metakernel.grader.evaluate import GradeOptions, grade
 from metakernel.problem import load_problem_file
 from tests.helpers import AXPB_LLVM, write_problem
+from tests.helpers import AXPB_PROBLEM as PROBLEM
 
 needs_isolation = pytest.mark.skipif(sandbox.default_mode() == "none", reason="this machine offers no isolation")
 needs_tvm = pytest.mark.skipif(importlib.util.find_spec("tvm") is None, reason="apache-tvm is not installed")
 
-PROBLEM = """
-def reference(x, b):
-    return x * 2.0 + b
-
-def make_inputs(device="cuda", scale="full"):
-    return [torch.randn(64, 32, device=device), torch.randn(32, device=device)]
-
-def roofline(x, b):
-    return {"flops": 2 * x.numel(), "bytes": 4 * (2 * x.numel() + b.numel())}
-"""
 
 FAST = GradeOptions(draws=2, warmup=1, min_timed=5, max_timed=8, rse_target=0.5, timing_cap_s=5, baselines=False,
                     call_timeout_s=60, start_timeout_s=180, host_gate=0.0, min_timing_s=0.0, profile_draws=3,
