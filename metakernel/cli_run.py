@@ -83,6 +83,10 @@ def run_cmd(models: tuple[str, ...], direction: str, problems: str, replicates: 
     if dry_run:
         click.echo(exp.estimate_text(exp.done_keys()))
         return
+    if executor == "local":
+        from metakernel.executor import preflight
+
+        preflight()  # before any model call: a machine that cannot grade must not spend one
     argv = ["metakernel", *sys.argv[1:]]
     if sys.stdout.isatty():
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -113,4 +117,8 @@ def regrade_cmd(experiment: Path, trials: tuple[str, ...], executor: str) -> Non
     """Re-grade saved final kernels without calling a model (reports stored beside the originals)."""
     from metakernel.experiment import regrade
 
+    if executor == "local":
+        from metakernel.executor import preflight
+
+        preflight()
     asyncio.run(regrade(experiment, executor, list(trials) or None, echo=click.echo))

@@ -147,6 +147,33 @@ class StandInExecutor:
         return Graded(report, queue_s, grade_s)
 
 
+def preflight(device: str = "cuda") -> None:
+    """Refuse, in one line and before any model call, an executor that cannot grade on this machine.
+
+    Without it a run on a CPU machine would pay for every model call and record each attempt as the agent's
+    compile error. Checks: a CUDA GPU for torch, both DSL packages, and OS isolation for the candidate (or the
+    user's explicit opt-out).
+    """
+    import importlib.util
+
+    from metakernel.errors import UserError
+    from metakernel.grader import sandbox
+
+    missing = [name for name in ("cutlass", "tvm") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise UserError(f"the local executor cannot grade here: DSL package(s) {', '.join(missing)} not installed "
+                        "(pip install -e .)")
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UserError("the local executor cannot grade here: torch sees no CUDA GPU (run on an sm_90a GPU "
+                            "machine, or use --executor stand-in for a CPU demo)")
+    if sandbox.default_mode() == "none" and not sandbox.opted_out():
+        raise UserError("the local executor cannot grade here: this machine offers no isolation for the kernel's "
+                        f"process (no root, no user namespaces); set {sandbox.ENV_OPT_OUT}=1 to grade without it")
+
+
 def make_executor(name: str) -> Executor:
     """`local` (the GPU grader) or `stand-in` (CPU CI)."""
     from metakernel.errors import UserError
@@ -158,4 +185,4 @@ def make_executor(name: str) -> Executor:
     raise UserError(f"unknown executor {name!r} (known: local, stand-in)")
 
 
-__all__ = ["Executor", "Graded", "LocalExecutor", "StandInExecutor", "make_executor"]
+__all__ = ["Executor", "Graded", "LocalExecutor", "StandInExecutor", "make_executor", "preflight"]

@@ -104,3 +104,24 @@ def test_validate_flags_a_problem_whose_rule_cannot_reject_zeros(tmp_path):
     assert result.returncode == 1
     checks = {c["name"]: c for c in json.loads(result.stdout)["problems"][0]["checks"]}
     assert not checks["precision"]["ok"] or not checks["rejects_zeros"]["ok"]
+
+
+def test_local_executor_refuses_a_machine_that_cannot_grade_before_any_model_call(tmp_path):
+    """Pins the preflight: on a machine without a CUDA GPU, `run` with the default local executor stops in one
+    line (exit 2) before an attempt, a model call or an experiment folder exists."""
+    import importlib.util
+
+    import torch
+
+    if torch.cuda.is_available() or importlib.util.find_spec("tvm") is None:
+        import pytest
+
+        pytest.skip("needs a machine that cannot grade (no GPU) with the DSLs installed")
+    experiment = tmp_path / "exp"
+    done = run("run", "--model", "scripted/gold", "--problems", "28", "--replicates", "1", "--experiment",
+               str(experiment))
+    assert done.returncode == 2, done.stderr
+    assert "cannot grade here" in done.stderr and "--executor stand-in" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and not experiment.exists()
+    again = run("regrade", str(experiment))
+    assert again.returncode == 2
