@@ -66,3 +66,14 @@ def test_only_type_expressions_may_be_compiled_from_strings():
         assert _type_expression(ok), ok
     for bad in ("exec('x') or int", "__import__('os')", "x.__class__", "f()", "lambda: 0", "a + b", "x._private"):
         assert not _type_expression(bad), bad
+
+
+def test_read_only_binds_under_tmp_are_not_writable_code(tmp_path):
+    """A checkout or the DSL wheels may live under /tmp (CI clones, the H200 staging): their files are read-only
+    binds in the sandbox, so their frames and imports are the harness's and the libraries', not the candidate's."""
+    from metakernel.grader.child import Guard
+
+    guard = Guard(str(tmp_path / "kernel.py"), str(tmp_path / "work"), readonly=["/tmp/ci-clone/.venv"])
+    assert not guard.writable("/tmp/ci-clone/.venv/lib/python3.11/site-packages/torch/__init__.py")
+    assert guard.writable("/tmp/ci-clone/payload.py") and guard.writable(str(tmp_path / "work" / "x.py"))
+    assert not guard.writable("/usr/lib/python3/dist-packages/x.py")

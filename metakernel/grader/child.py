@@ -70,9 +70,11 @@ class _Fail(Exception):
 class Guard:
     """The audit hook's state and policy (one per process; the hook itself cannot be removed)."""
 
-    def __init__(self, candidate: str, work: str) -> None:
+    def __init__(self, candidate: str, work: str, readonly: list[str] | tuple[str, ...] = ()) -> None:
         self.candidate = os.path.realpath(candidate)
-        self.writable = tuple(os.path.realpath(p).rstrip("/") + "/" for p in (work, "/tmp", "/dev/shm"))
+        self._writable = tuple(os.path.realpath(p).rstrip("/") + "/" for p in (work, "/tmp", "/dev/shm"))
+        # The sandbox's read-only binds may lie under /tmp (a checkout or the DSL wheels there): not writable.
+        self._readonly = tuple(os.path.realpath(p).rstrip("/") + "/" for p in readonly)
         self.violations: list[str] = []
         self.armed = False
         self._busy = False
@@ -119,6 +121,13 @@ class Guard:
             return
         self.refuse(f"{event} of a string that is not a type expression (from {module or 'unknown'})")
 
+    def writable(self, real: str) -> bool:
+        """Whether the child could have written the file at real path `real`.
+
+        The work dir, /tmp and /dev/shm, minus the sandbox's read-only binds.
+        """
+        return real.startswith(self._writable) and not real.startswith(self._readonly)
+
     def _caller(self) -> Any:
         """The frame that raised the event: the first one outside this file (the hook and its helpers)."""
         try:
@@ -140,7 +149,7 @@ class Guard:
         if name in EVALUATED:
             return True
         real = os.path.realpath(name)
-        return real == self.candidate or real.startswith(self.writable)
+        return real == self.candidate or self.writable(real)
 
     def refuse(self, what: str) -> None:
         """Record and raise: a caught refusal still ends the grading as a rule violation."""
@@ -174,20 +183,20 @@ class Guard:
             path, mode = args[0], args[1]
             if isinstance(path, (str, bytes)) and isinstance(mode, str) and any(c in mode for c in "wax+"):
                 real = os.path.realpath(os.fsdecode(path))
-                if not real.startswith(self.writable):
+                if not self.writable(real):
                     self.refuse(f"writing {real}")
             return
         if event == "ctypes.dlopen":
             name = args[0]
             if isinstance(name, (str, bytes)) and os.sep in os.fsdecode(name):
                 real = os.path.realpath(os.fsdecode(name))
-                if real.startswith(self.writable):
+                if self.writable(real):
                     self.refuse(f"loading the library {real}")
             return
         if event == "compile" and len(args) > 1 and isinstance(args[1], (str, bytes)):
             filename = os.fsdecode(args[1])
             if filename.startswith("/") and os.path.realpath(filename) != self.candidate \
-                    and os.path.realpath(filename).startswith(self.writable):
+                    and self.writable(os.path.realpath(filename)):
                 self.refuse(f"importing code written at run time ({filename})")
         if event in ("compile", "exec") and args and isinstance(args[0], (str, bytes)):
             self._check_compile(event, args[0])
@@ -318,7 +327,7 @@ class Child:
         self.b = Bound(torch, self.device)
         path = self.config["path"]
         if kind == "candidate":
-            self.guard = Guard(path, self.config["plan"]["work"])
+            self.guard = Guard(path, self.config["plan"]["work"], self.config["plan"].get("binds", ()))
             sys.addaudithook(self.guard)
             self.guard.armed = True
             self.iso.audit_hook = True
