@@ -79,7 +79,7 @@ def run_cmd(models: tuple[str, ...], direction: str, problems: str, replicates: 
                     replicates=replicates, budget=budget, trials=list(trials), executor=executor, llm_mode=llm_mode,
                     llm_cache=llm_cache, api_key_env=api_key_env, api_base=api_base, concurrency=concurrency,
                     spend_cap_usd=spend_cap, docs=not no_docs)
-    exp = Experiment(cfg)
+    exp = Experiment(cfg, check_keys=not dry_run)
     if dry_run:
         click.echo(exp.estimate_text(exp.done_keys()))
         return

@@ -62,7 +62,8 @@ def _guides_hash() -> str:
 class Experiment:
     """A validated plan, ready to estimate or run."""
 
-    def __init__(self, cfg: RunConfig) -> None:
+    def __init__(self, cfg: RunConfig, *, check_keys: bool = True) -> None:
+        """`check_keys=False` for a plan that calls no model (`--dry-run`): it needs no API key."""
         from metakernel.agents.models import resolve_model
         from metakernel.agents.replay import parse_mode
         from metakernel.catalog import load_catalog
@@ -78,7 +79,8 @@ class Experiment:
         # Loaded once, here: unknown or broken problems fail before anything starts, and attempts reuse them.
         self.problems = {number: catalog.problem(number) for number in cfg.problems}
         replay = cfg.llm_mode == "replay"
-        self.specs = {m: resolve_model(m, cfg.api_key_env, cfg.api_base, require_key=not replay) for m in cfg.models}
+        self.specs = {m: resolve_model(m, cfg.api_key_env, cfg.api_base, require_key=check_keys and not replay)
+                      for m in cfg.models}
         self.plan = build_plan(cfg.models, cfg.problems, cfg.direction, cfg.replicates, cfg.trials or None)
         self.order = order(self.plan)
         from metakernel.executor import make_executor

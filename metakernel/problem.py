@@ -226,9 +226,11 @@ def load_problem(number: int, directory: Path | None = None) -> Problem:
 def parse_selection(text: str, known: dict[int, Path], families: dict[str, Any] | None = None) -> list[int]:
     """Turn '1,3-5,moe' into problem numbers; family names expand to their members."""
     chosen: list[int] = []
+    if not text.strip():
+        return chosen
     for part in (p.strip() for p in text.split(",")):
         if not part:
-            continue
+            raise UserError(f"empty item in the problem selection {text!r} (a doubled or trailing comma?)")
         if families and part in families:
             chosen.extend(families[part].members)
         elif re.fullmatch(r"\d+", part):

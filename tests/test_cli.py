@@ -125,3 +125,15 @@ def test_local_executor_refuses_a_machine_that_cannot_grade_before_any_model_cal
     assert len(done.stderr.strip().splitlines()) == 1 and not experiment.exists()
     again = run("regrade", str(experiment))
     assert again.returncode == 2
+
+
+def test_dry_run_needs_no_api_key_and_a_doubled_comma_is_an_error(tmp_path):
+    """`--dry-run` calls nothing, so it must not demand a key; `--problems 28,,36` is a typo, not a selection."""
+    env = {"OPENAI_API_KEY": ""}  # an empty variable counts as unset
+    done = run("run", "--model", "openai-gpt-5", "--problems", "28", "--experiment", str(tmp_path / "e"),
+               "--dry-run", env=env)
+    assert done.returncode == 0, done.stderr
+    assert "openai-gpt-5" in done.stdout and "total" in done.stdout
+    bad = run("run", "--model", "scripted/gold", "--problems", "28,,36", "--experiment", str(tmp_path / "f"),
+              "--executor", "stand-in", "--dry-run")
+    assert bad.returncode == 2 and "empty item in the problem selection" in bad.stderr
