@@ -24,8 +24,7 @@ class LaunchGate:
     `randomize`: the dependency ablation. Before each launch its tensor arguments are overwritten with random
     values (floats) or shuffled (integers, so indices stay in range); after it, every argument the launch did not
     write gets its values back (`after_launch`), so eager code after the launch sees the true inputs. If the
-    outputs are still right, the values the DSL computed did not matter. (`input_arena`: where the parent's
-    inputs lie, for adapters that need to tell them apart.)
+    outputs are still right, the values the DSL computed did not matter.
     """
 
     mode: str = "run"
@@ -36,7 +35,6 @@ class LaunchGate:
     audited: list[Any] = field(default_factory=list)
     randomize: bool = False
     randomized: int = 0
-    input_arena: tuple[int, int] | None = None
     _restore: list[Any] = field(default_factory=list)
 
     def should_launch(self, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> bool:
@@ -91,12 +89,6 @@ class LaunchGate:
                 continue
             self._restore.append((tensor, saved, tensor.clone()))
             self.randomized += 1
-
-    def _in_arena(self, tensor: Any) -> bool:
-        if self.input_arena is None:
-            return False
-        start, size = self.input_arena
-        return start <= tensor.data_ptr() < start + size
 
     def reset(self) -> None:
         """Forget counts (kernel names are kept: they describe compiled kernels, not calls)."""

@@ -36,7 +36,7 @@ from metakernel.grader.sandbox import Isolation, Plan, SandboxError, enter
 _perf = time.perf_counter  # a builtin: bound before any candidate code exists
 _THIS_FILE = __file__
 _type = type
-_gc_disable, _gc_enable, _gc_collect = gc.disable, gc.enable, gc.collect
+_gc_disable, _gc_collect = gc.disable, gc.collect
 
 #: Imports refused at run time, whoever asks (other kernel languages and compilers).
 #: (NVRTC is not among them: TVM compiles its CUDA source through `cuda.bindings.nvrtc`, loaded on first use;
@@ -318,8 +318,6 @@ class Child:
 
             self.adapter = get_adapter(self.config["dsl"])
             self.gate = LaunchGate(mode="intercept" if self.config.get("dry_run") else "run")
-            self.gate.input_arena = (self.arena_in.data_ptr(), self.arena_in.numel()) if self.arena_in is not None \
-                else None
             started = _perf()
             self.adapter.import_dsl()
             self.adapter.install_hooks(self.gate)
@@ -420,6 +418,7 @@ class Child:
             if self.gate is not None:
                 self.gate.audit = self.gate.randomize = False
         probe_after = host_probe()
+        # One clock since protocol 2 (the bound perf_counter around a device-wide sync): `event_s` is that bracket.
         reply: dict[str, Any] = {"ok": True, "host_s": host_s, "event_s": host_s,
                                  "launches": self.gate.launches if self.gate else None,
                                  "probe_s": max(probe_before, probe_after), "probe_before_s": probe_before,
@@ -446,16 +445,21 @@ class Child:
         return reply, out_blobs
 
     def export_outputs(self, out: Any, slot: int, blobs: list[bytes]) -> Any:
-        """Check the returned structure (exact types only) and copy its tensors into output slot `slot`."""
+        """Check the returned structure (exact types only) and copy its tensors into output slot `slot`.
+
+        Returns the structure as a `transport.unpack_value` spec: every type is checked before anything of the
+        candidate's is touched, then each tensor's placeholder is filled with where its copy lies.
+        """
         if self.b.modes_active():
             raise _Fail("rule_violation", "solve left a torch function or dispatch mode active", "sandbox")
-        leaves: list[Any] = []
+        leaves: list[tuple[Any, dict[str, Any]]] = []
 
         def walk(node: Any, depth: int = 0) -> Any:
             kind = _type(node)
             if kind is self.b.Tensor:
-                leaves.append(node)
-                return {"leaf": len(leaves) - 1}
+                holder: dict[str, Any] = {}
+                leaves.append((node, holder))
+                return holder
             if isinstance(node, self.b.Tensor):
                 raise _Fail("rule_violation", f"solve returned a {kind.__name__}, a subclass of torch.Tensor: "
                             "outputs must be plain torch.Tensor objects", "output_type")
@@ -470,12 +474,11 @@ class Child:
             tree = walk(out)
             at = int(self.config.get("slot_bytes", 0)) * slot
             limit = at + int(self.config.get("slot_bytes", 0))
-            specs = []
-            for index, leaf in enumerate(leaves):
+            for index, (leaf, holder) in enumerate(leaves):
                 spec, at = self._export_leaf(leaf, index, at, limit, blobs)
-                specs.append(spec)
+                holder.update(spec)
         self.b.sync()  # the copies are asynchronous, and the parent reads the arena as soon as the reply arrives
-        return {"tree": tree, "leaves": specs}
+        return tree
 
     def _export_leaf(self, t: Any, index: int, at: int, limit: int, blobs: list[bytes]) -> tuple[Any, int]:
         """One returned tensor: by value on a CPU machine, else copied into the output arena at `at`."""

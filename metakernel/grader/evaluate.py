@@ -23,13 +23,14 @@ from typing import Any
 
 import torch
 
-from metakernel.compare import Expected, compare
+from metakernel.compare import Expected, Verdict, compare
 from metakernel.expected import compute_expected, fresh_copies
 from metakernel.grader import kernels as kernel_names
 from metakernel.grader.baseline import eager_timing
 from metakernel.grader.report import PROTOCOL, GradeReport
 from metakernel.grader.static import check_source
 from metakernel.grader.timing import bracket_settings, knobs, measure, profile_kernels, seeded_draw
+from metakernel.grader.transport import unpack_value
 from metakernel.grader.worker import Worker, WorkerFailure
 from metakernel.hardware import H200
 from metakernel.problem import Problem
@@ -151,7 +152,7 @@ class Evaluation:
         self.worker: Worker | None = None
         self.pattern = 0xFF
         self.poison_bytes = 0
-        self.draw_index = 0
+        self.last_seed: int | None = None
 
     def end(self, status: str, reason: str, message: str = "", **fields: Any) -> None:
         self.report.status, self.report.reason, self.report.message = status, reason, message
@@ -199,44 +200,45 @@ class Evaluation:
 
     def draw(self) -> list[Any]:
         """Fresh inputs from an unpredictable seed; the seed is kept so a `wrong` can be reproduced."""
-        seed, inputs = seeded_draw(self.problem, self.device, self.scale)
-        self.draw_index += 1
-        self.last_seed = seed
+        self.last_seed, inputs = seeded_draw(self.problem, self.device, self.scale)
         return inputs
 
     def call(self, inputs: list[Any], mode: str = "run", **extra: Any) -> tuple[dict[str, Any], list[Any], Any]:
         """One request, the same for every phase: (reply, the inputs as the child saw them, its outputs)."""
         assert self.worker is not None
         self.pattern = 0x7F if self.pattern == 0xFF else 0xFF
-        views, specs, blobs = self.worker.place([fresh_copies(self.problem, inputs)])
-        msg = {"op": "call", "inputs": specs[0], "mode": mode, "poison": self.poison_bytes,
-               "pattern": self.pattern, **bracket_settings(self.o), **extra}
         try:
-            reply = self.worker.request(msg, timeout=self.o.call_timeout_s, blobs=blobs)
+            reply, views = self._exchange(inputs, mode, self.pattern, **extra)
         except WorkerFailure as exc:
             reason = "timeout" if exc.status == "timeout" else "crash"
             self.end(exc.status, reason, exc.text)
         if not reply.get("ok"):
             self._fail_reply(reply)
-        if self.device == "cpu":
-            for i, spec in enumerate(reply.get("inputs_after", [])):
-                views[0][i] = self._unpack(spec, reply)
-        out = self.worker.outputs(reply["out"], reply["_blobs"])
-        return reply, views[0], out
+        return reply, views[0], self.worker.outputs(reply["out"], reply["_blobs"])
 
-    def _unpack(self, spec: Any, reply: dict[str, Any]) -> Any:
-        from metakernel.grader.transport import unpack_value
+    def _exchange(self, inputs: list[Any], mode: str, pattern: int, **extra: Any
+                  ) -> tuple[dict[str, Any], list[list[Any]]]:
+        """The one call request every phase sends (`Worker.exchange`); raises WorkerFailure."""
+        assert self.worker is not None
+        msg = {"op": "call", "mode": mode, "poison": self.poison_bytes, "pattern": pattern,
+               **bracket_settings(self.o), **extra}
+        return self.worker.exchange(msg, [fresh_copies(self.problem, inputs)], self.o.call_timeout_s)
 
-        return unpack_value(spec, reply["_blobs"])
-
-    def judge(self, inputs: list[Any], seen: list[Any], out: Any, expected: Expected, label: str) -> None:
-        """Compare one call's outputs (and mutated inputs) with `expected`; inputs it must leave alone, too."""
+    def _compare(self, out: Any, seen: list[Any], expected: Expected) -> tuple[str | None, Verdict | None]:
+        """(structure problem, None) or (None, the comparator's verdict) for one call's outputs and mutated inputs."""
         out = _copy(out)
         problem = structure_mismatch_safe(out, expected.returned)
         if problem is not None:
-            self.end("wrong", "structure", f"{label}: wrong output structure: {problem}", seed=self.last_seed)
+            return problem, None
         mutated = {n: seen[self.problem.input_names.index(n)] for n in self.problem.mutates}
-        verdict = compare(out, mutated, expected)
+        return None, compare(out, mutated, expected)
+
+    def judge(self, inputs: list[Any], seen: list[Any], out: Any, expected: Expected, label: str) -> None:
+        """Compare one call's outputs (and mutated inputs) with `expected`; inputs it must leave alone, too."""
+        problem, verdict = self._compare(out, seen, expected)
+        if problem is not None:
+            self.end("wrong", "structure", f"{label}: wrong output structure: {problem}", seed=self.last_seed)
+        assert verdict is not None
         if not verdict.passed:
             mm = verdict.mismatch
             reason = "nan" if mm is not None and "NaN" in mm.detail else "mismatch"
@@ -269,10 +271,8 @@ class Evaluation:
         self.report.phases_s["correctness"] = time.perf_counter() - started
 
     def _still_correct(self, inputs: list[Any], seen: list[Any], out: Any) -> bool:
-        expected = compute_expected(self.problem, inputs)
-        mutated = {n: seen[self.problem.input_names.index(n)] for n in self.problem.mutates}
-        out = _copy(out)
-        return structure_mismatch_safe(out, expected.returned) is None and compare(out, mutated, expected).passed
+        problem, verdict = self._compare(out, seen, compute_expected(self.problem, inputs))
+        return problem is None and verdict is not None and verdict.passed
 
     def ablation(self) -> None:
         """Launches suppressed, then the launches' inputs randomised: either way the outputs must break."""
@@ -305,11 +305,8 @@ class Evaluation:
     def _quiet_call(self, inputs: list[Any], mode: str) -> tuple[dict[str, Any] | None, list[Any], Any]:
         """A call whose failure is information, not a verdict (the ablations)."""
         assert self.worker is not None
-        views, specs, blobs = self.worker.place([fresh_copies(self.problem, inputs)])
-        msg = {"op": "call", "inputs": specs[0], "mode": mode, "poison": self.poison_bytes, "pattern": 0xFF,
-               **bracket_settings(self.o)}
         try:
-            reply = self.worker.request(msg, timeout=self.o.call_timeout_s, blobs=blobs)
+            reply, views = self._exchange(inputs, mode, 0xFF)
         except WorkerFailure as exc:
             raise _Crashed(exc.status) from exc
         if not reply.get("ok"):
@@ -318,9 +315,6 @@ class Evaluation:
             if reply.get("fatal"):
                 raise _Crashed(reply.get("status", "runtime_error"))
             return None, views[0], None
-        if self.device == "cpu":
-            for i, spec in enumerate(reply.get("inputs_after", [])):
-                views[0][i] = self._unpack(spec, reply)
         return reply, views[0], self.worker.outputs(reply["out"], reply["_blobs"])
 
     def _restart(self) -> None:
@@ -339,7 +333,7 @@ class Evaluation:
 
         for launch, specs in enumerate(reply.get("audited") or []):
             for spec in specs:
-                arg = self._unpack(spec, reply).to(self.device)
+                arg = unpack_value(spec, reply["_blobs"]).to(self.device)
                 name = token_output(arg, inputs, expected, self.problem.mutates)
                 if name is not None:
                     self.end("rule_violation", "dsl_token",
@@ -378,10 +372,10 @@ class Evaluation:
         def send(count: int) -> dict[str, Any]:
             assert self.worker is not None
             draws = [self.draw() for _ in range(count)]
-            views, specs, blobs = self.worker.place([fresh_copies(self.problem, d) for d in draws])
             self.pattern = 0x7F if self.pattern == 0xFF else 0xFF
-            reply = self.worker.request({"op": "profile", "draws": specs, "poison": self.poison_bytes,
-                                         "pattern": self.pattern}, timeout=self.o.call_timeout_s, blobs=blobs)
+            reply, views = self.worker.exchange({"op": "profile", "poison": self.poison_bytes,
+                                                 "pattern": self.pattern},
+                                                [fresh_copies(self.problem, d) for d in draws], self.o.call_timeout_s)
             if not reply.get("ok"):
                 self._fail_reply(reply)
             for k, spec in enumerate(reply["outs"]):

@@ -166,19 +166,20 @@ def visible_paths(extra: list[str] | None = None) -> tuple[list[str], dict[str, 
             links[str(path)] = os.readlink(path)
             continue
         real = str(path.resolve())
-        if str(path) != real and not path.is_symlink():
-            pass
         binds.append(real)
         if str(path.absolute()) != real:
             links.setdefault(str(path.absolute()), real)
     # Keep only the outermost of nested binds (a bind of /usr already holds /usr/lib/python3/...).
     outer: list[str] = []
     for b in sorted(set(binds), key=len):
-        if not any(b == o or b.startswith(o.rstrip("/") + "/") for o in outer):
+        if not _under(b, outer):
             outer.append(b)
-    links = {k: v for k, v in links.items()
-             if not any(k == o or k.startswith(o.rstrip("/") + "/") for o in outer)}
-    return outer, links
+    return outer, {k: v for k, v in links.items() if not _under(k, outer)}
+
+
+def _under(path: str, roots: list[str]) -> bool:
+    """Whether `path` is one of `roots` or lies below one."""
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
 
 def make_plan(work: Path, *, extra_binds: list[str] | None = None, mode: str | None = None,

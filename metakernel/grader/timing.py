@@ -248,8 +248,6 @@ def measure(call: Callable[[int], dict[str, Any]], *, warmup: int, min_timed: in
     flags = []
     if sum(samples) > sum(walls) * 1.02 + 1e-3:
         flags.append(f"reported times sum to {sum(samples):.4f} s but the calls took {sum(walls):.4f} s of wall time")
-    if stats.median_us > stats.host_median_us * 1.05 + 50:
-        flags.append(f"event median {stats.median_us:.1f} us exceeds the host bracket {stats.host_median_us:.1f} us")
     counted = round((stats.kept_share or 0.0) * len(samples))  # timing_stats' count of draws at full speed
     if counted < min_timed:
         flags.append(f"only {counted} of {len(samples)} draws were taken at full host speed (fewer than "

@@ -208,19 +208,24 @@ class Worker:
             torch.cuda.synchronize()
         return views, specs, blobs
 
+    def exchange(self, msg: dict[str, Any], draws: list[list[Any]], timeout: float
+                 ) -> tuple[dict[str, Any], list[list[Any]]]:
+        """Place `draws` and send `msg` with them (a "call" carries one draw as `inputs`, a "profile" `draws`).
+
+        Returns the reply and the inputs as the child saw them: after the call they hold its in-place updates
+        (the arena's views on the GPU; on a CPU the values the child sent back).
+        """
+        views, specs, blobs = self.place(draws)
+        body = {**msg, "inputs": specs[0]} if msg["op"] == "call" else {**msg, "draws": specs}
+        reply = self.request(body, timeout=timeout, blobs=blobs)
+        if reply.get("ok") and self.device == "cpu":
+            for i, spec in enumerate(reply.get("inputs_after", [])):
+                views[0][i] = transport.unpack_value(spec, reply["_blobs"])
+        return reply, views
+
     def outputs(self, spec: dict[str, Any], blobs: list[bytes]) -> Any:
         """The returned structure of one call, its tensors as views of the output arena (GPU) or values (CPU)."""
-        leaves = [transport.unpack_value(s, blobs, self.arena_out) for s in spec["leaves"]]
-
-        def build(node: dict[str, Any]) -> Any:
-            if "leaf" in node:
-                return leaves[int(node["leaf"])]
-            if "seq" in node:
-                items = [build(n) for n in node["items"]]
-                return tuple(items) if node["seq"] == "tuple" else items
-            return node.get("v")
-
-        return build(spec["tree"])
+        return transport.unpack_value(spec, blobs, self.arena_out)
 
     # ------------------------------------------------------------------------------------------ ending
     def kill(self) -> None:
