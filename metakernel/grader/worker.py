@@ -131,13 +131,20 @@ class Worker:
         return reply
 
     def request(self, msg: dict[str, Any], timeout: float, blobs: list[bytes] | None = None) -> dict[str, Any]:
-        """Send one request and wait for its reply (a failed reply is returned, not raised); blobs in `_blobs`."""
+        """Send one request and wait for its reply (a failed reply is returned, not raised).
+
+        The reply carries its blobs in `_blobs` and, in `wall_s`, the parent's wall time from sending to receiving:
+        what any time the child reports has to fit in.
+        """
         assert self.conn is not None
+        started = time.perf_counter()
         try:
             transport.send(self.conn, msg, blobs)
         except (BrokenPipeError, ConnectionResetError, OSError) as exc:
             raise self._crashed(f"could not send the request ({exc})") from exc
-        return self._receive(timeout, phase=msg.get("op", "request"))
+        reply = self._receive(timeout, phase=msg.get("op", "request"))
+        reply["wall_s"] = time.perf_counter() - started
+        return reply
 
     def _receive(self, timeout: float, phase: str) -> dict[str, Any]:
         assert self.conn is not None
