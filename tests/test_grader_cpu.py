@@ -441,3 +441,19 @@ def test_host_gate_reference_level_catches_a_grading_that_never_met_the_fast_sta
     gated, flags = measure(_two_state_host(0.2), warmup=0, min_timed=50, max_timed=100, rse_target=0.005, cap_s=10,
                            flush=False, gate=0.15, fast_ref_s=30e-6)
     assert gated.median_us == pytest.approx(10.0, rel=0.03) and gated.n >= 50 and not flags
+
+
+def test_a_grader_bug_is_an_infra_error_not_a_crash(problem, tmp_path, monkeypatch):
+    """A harness exception (on the H200 the audit once met a dtype torch cannot sort) ends that grading as
+    infra_error/harness, never charged to the kernel, and the next grading still works."""
+    from metakernel.grader import evaluate
+
+    def broken(self):
+        raise NotImplementedError('"sort" not implemented for \'Float8_e4m3fn\'')
+
+    monkeypatch.setattr(evaluate.Evaluation, "audit", broken)
+    report = grade(problem, "tirx", _kernel(tmp_path, "correct"), device="cpu", options=FAST)
+    assert (report.status, report.reason) == ("infra_error", "harness"), report.agent_text()
+    assert "Float8_e4m3fn" in report.message and report.isolation
+    monkeypatch.undo()
+    assert grade(problem, "tirx", _kernel(tmp_path, "correct"), device="cpu", options=FAST).status == "passed"

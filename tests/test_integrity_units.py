@@ -34,6 +34,17 @@ def test_token_forms_are_found_and_honest_arguments_are_not():
     assert token_output(torch.randint(0, 1000, (4096,)), [x], _expected(ids), ()) is None
 
 
+def test_token_forms_are_found_in_dtypes_torch_cannot_sort():
+    """fp8 answers (problem 61): torch has no sort or equal for them, the audit compares bit patterns."""
+    torch.manual_seed(2)
+    x = torch.randn(64, 64)
+    q = (x * 4).to(torch.float8_e4m3fn)
+    expected = _expected(q)
+    for form in (q.reshape(-1)[torch.randperm(q.numel())], torch.cat([q.reshape(-1), q.reshape(-1)[:3]])):
+        assert token_output(form, [x], expected, ()) == "out"
+    assert token_output(torch.randn(64, 64).to(torch.float8_e4m3fn), [x], expected, ()) is None
+
+
 def test_kernels_are_attributed_by_exact_symbol():
     """A DSL kernel only by the exact symbol it compiled; library kernels by C++ names or vendor prefixes; any
     other plain C name is another JIT's."""

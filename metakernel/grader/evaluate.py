@@ -17,6 +17,7 @@ import hashlib
 import secrets
 import statistics
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -139,6 +140,11 @@ def exchange_sizes(problem: Problem, device: str, scale: str, slots: int) -> Siz
     return _SIZES[key]
 
 
+#: How CUDA words a kernel's access outside valid memory; which one depends on where the stray address lands
+#: (a write 4 GB past the arena is cudaErrorInvalidAddressSpace, inside a mapped neighbour cudaErrorIllegalAddress).
+MEMORY_FAULTS = ("illegal memory access", "illegal address", "global/shared address space", "misaligned address")
+
+
 class Evaluation:
     """One grading run; methods are the phases, each may end it by raising `_Done`."""
 
@@ -193,7 +199,7 @@ class Evaluation:
     def _fail_reply(self, reply: dict[str, Any]) -> None:
         error = reply.get("error", "")
         status = reply.get("status", "runtime_error")
-        reason = reply.get("reason") or ("illegal_address" if "illegal memory access" in error
+        reason = reply.get("reason") or ("illegal_address" if any(f in error for f in MEMORY_FAULTS)
                                          else "compile" if status == "compile_error" else "exception")
         prefix = "" if status in ("rule_violation", "wrong") else "solve raised:\n"
         self.end(status, reason, prefix + error)
@@ -537,6 +543,10 @@ def grade(problem: Problem, dsl: str, kernel: Path, device: str = "cuda", option
         pass
     except WorkerFailure as exc:
         ev.report.status, ev.report.reason, ev.report.message = exc.status, "worker", exc.text
+    except Exception as exc:  # noqa: BLE001 - a bug of ours: infra_error (never charged), not a crashed experiment
+        ev.report.status, ev.report.reason = "infra_error", "harness"
+        ev.report.message = "the grader failed (not the kernel's fault):\n" + "".join(
+            traceback.format_exception(exc, limit=-4)).rstrip()
     finally:
         if prestarted is not None:
             prestarted.discard()

@@ -23,10 +23,20 @@ AFFINE_TOLERANCE = 1e-3
 MIN_ELEMENTS = 64
 
 
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """The elements' bit patterns as integers, flat: sort and equality work on every dtype this way (torch
+    implements neither for fp8), and "bit for bit" means bits, not values (-0 vs +0, NaN)."""
+    flat = t.reshape(-1)
+    return flat.view(_BITS[flat.element_size()]) if flat.dtype.is_floating_point else flat
+
+
 def _is_input(arg: torch.Tensor, inputs: list[Any]) -> bool:
     for x in inputs:
         if isinstance(x, torch.Tensor) and x.numel() == arg.numel() and x.dtype == arg.dtype:
-            if torch.equal(x.reshape(-1).to(arg.device), arg.reshape(-1)):
+            if torch.equal(_bits(x.to(arg.device)), _bits(arg)):
                 return True
     return False
 
@@ -52,7 +62,7 @@ def _holds_block(arg: torch.Tensor, ref: torch.Tensor) -> bool:
     n = ref.numel()
     if arg.numel() <= n or arg.dtype != ref.dtype or n < MIN_ELEMENTS:
         return False
-    flat, want = arg.reshape(-1), ref.reshape(-1).to(arg.device)
+    flat, want = _bits(arg), _bits(ref.to(arg.device))
     return bool(torch.equal(flat[:n], want) or torch.equal(flat[-n:], want))
 
 
@@ -92,7 +102,7 @@ def token_output(arg: torch.Tensor, inputs: list[Any], expected: Expected, mutat
                 return name
             if ref.dim() >= 2 and _affine_match(arg, ref.transpose(-1, -2).contiguous()):
                 return name  # a transposed copy, rescaled or shifted
-        if arg.dtype == ref.dtype and torch.equal(torch.sort(arg.reshape(-1)).values,
-                                                  torch.sort(ref.reshape(-1).to(arg.device)).values):
+        if arg.dtype == ref.dtype and torch.equal(torch.sort(_bits(arg)).values,
+                                                  torch.sort(_bits(ref.to(arg.device))).values):
             return name  # the same values in another order: a transpose, reshape or permutation of the answer
     return None
