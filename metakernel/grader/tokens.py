@@ -27,8 +27,11 @@ _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
-    """The elements' bit patterns as integers, flat: sort and equality work on every dtype this way (torch
-    implements neither for fp8), and "bit for bit" means bits, not values (-0 vs +0, NaN)."""
+    """The elements' bit patterns as integers, flat.
+
+    Sort and equality work on every dtype this way (torch implements neither for fp8), and "bit for bit" means
+    bits, not values (-0 vs +0, NaN).
+    """
     flat = t.reshape(-1)
     return flat.view(_BITS[flat.element_size()]) if flat.dtype.is_floating_point else flat
 
