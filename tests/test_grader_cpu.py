@@ -457,3 +457,36 @@ def test_a_grader_bug_is_an_infra_error_not_a_crash(problem, tmp_path, monkeypat
     assert "Float8_e4m3fn" in report.message and report.isolation
     monkeypatch.undo()
     assert grade(problem, "tirx", _kernel(tmp_path, "correct"), device="cpu", options=FAST).status == "passed"
+
+
+def test_a_launch_the_outputs_do_not_depend_on_is_not_dsl_work(problem, tmp_path):
+    """The per-unit ablation: a second compiled kernel that only burns time on scratch memory (to pad the DSL's
+    share of the GPU time) is found idle; the kernel that computes the answer is required."""
+    from metakernel.grader.evaluate import Evaluation
+
+    path = _kernel(tmp_path, "burn", """
+_SCRATCH = {}
+
+def solve(x, b):
+    y = torch.empty_like(x)
+    exe(axpb)(x, b, y)
+    if "a" not in _SCRATCH:
+        _SCRATCH["a"], _SCRATCH["b"] = torch.ones(64, 64), torch.empty(64, 64)
+    exe(copy)(_SCRATCH["a"], _SCRATCH["b"])
+    return y
+""")
+    ev = Evaluation(problem, "tirx", path, "cpu", FAST)
+    try:
+        ev.start()
+        reply, _, _ = ev.call(ev.draw())
+        units = [tuple(u) for u in reply["units"]]
+        assert len(units) == 2 and all(units), units
+        kernels = [(name, 10.0) for unit in units for name in unit]
+        idle = ev.unit_ablation(units, kernels, {name: "dsl" for name, _ in kernels})
+        (burn,) = [u for u in units if set(u) & idle]
+        assert set(burn) == idle, (units, idle, ev.report.ablations)
+        texts = sorted(ev.report.ablations.values())
+        assert any("still correct" in t for t in texts) and any("required" in t for t in texts), texts
+    finally:
+        if ev.worker is not None:
+            ev.worker.close()

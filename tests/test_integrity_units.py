@@ -9,7 +9,7 @@ from metakernel.compare import Expected
 from metakernel.dsl.base import LaunchGate
 from metakernel.grader.child import _type_expression
 from metakernel.grader.kernels import classify
-from metakernel.grader.tokens import token_output
+from metakernel.grader.tokens import token_output, token_pair
 
 
 def _expected(out: torch.Tensor) -> Expected:
@@ -43,6 +43,25 @@ def test_token_forms_are_found_in_dtypes_torch_cannot_sort():
     for form in (q.reshape(-1)[torch.randperm(q.numel())], torch.cat([q.reshape(-1), q.reshape(-1)[:3]])):
         assert token_output(form, [x], expected, ()) == "out"
     assert token_output(torch.randn(64, 64).to(torch.float8_e4m3fn), [x], expected, ()) is None
+    assert token_output(q.view(torch.int32), [x], expected, ()) == "out"  # the answer's bytes as int32 words
+
+
+def test_an_answer_split_over_two_arguments_by_xor_is_a_token():
+    """The eager answer XOR-ed with a random key, handed to the DSL with the key (rt_cute_token_xor_burn): each
+    argument alone is noise, the pair is the answer. Unrelated argument pairs are not."""
+    torch.manual_seed(3)
+    x = torch.randn(128, 128)
+    q = (x * 4).to(torch.float8_e4m3fn)
+    expected = _expected(q)
+    key = torch.randint(-(2 ** 31), 2 ** 31 - 1, (q.numel() // 4,), dtype=torch.int32)
+    masked = q.view(torch.int32).reshape(-1) ^ key
+    assert token_output(masked, [x], expected, ()) is None and token_output(key, [x], expected, ()) is None
+    out = torch.empty(q.numel() // 4, dtype=torch.int32)
+    assert token_pair([masked, key, out], [x], expected, ()) == "out"
+    other = torch.randint(-(2 ** 31), 2 ** 31 - 1, key.shape, dtype=torch.int32)
+    assert token_pair([other, key, out], [x], expected, ()) is None
+    y = torch.randn(64, 48)
+    assert token_pair([y, torch.randn(64, 48), y * 2], [x], _expected(y * 3 - 1), ()) is None
 
 
 def test_kernels_are_attributed_by_exact_symbol():

@@ -25,6 +25,10 @@ class LaunchGate:
     values (floats) or shuffled (integers, so indices stay in range); after it, every argument the launch did not
     write gets its values back (`after_launch`), so eager code after the launch sees the true inputs. If the
     outputs are still right, the values the DSL computed did not matter.
+    `only`: restrict "suppress" and `randomize` to the launches of one compiled unit (the set of device symbols a
+    launch runs); other launches run untouched. The grader asks this per unit so that a DSL kernel whose values
+    the outputs do not depend on (time burnt on scratch memory to pad the DSL share) does not count as DSL work.
+    `units`: the distinct units launched since the last `reset`.
     """
 
     mode: str = "run"
@@ -35,20 +39,27 @@ class LaunchGate:
     audited: list[Any] = field(default_factory=list)
     randomize: bool = False
     randomized: int = 0
+    only: frozenset[str] | None = None
+    units: set[tuple[str, ...]] = field(default_factory=set)
     _restore: list[Any] = field(default_factory=list)
 
-    def should_launch(self, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> bool:
+    def should_launch(self, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None,
+                      names: tuple[str, ...] | frozenset[str] = ()) -> bool:
         """Record one launch; True when the hook must really launch it.
 
-        Adapters pass the launch's arguments: in an audit call the torch tensors among them are copied BEFORE the
-        kernel runs, so the grader can tell a token kernel (one handed the finished answer) from real work.
+        Adapters pass the launch's arguments and the device symbols it runs: in an audit call the torch tensors
+        among the arguments are copied BEFORE the kernel runs, so the grader can tell a token kernel (one handed
+        the finished answer) from real work.
         """
         self.launches += 1
+        unit = tuple(sorted(names))
+        self.units.add(unit)
+        targeted = self.only is None or bool(self.only.intersection(unit))
         if self.audit:
             self.audited.append(_tensor_snapshot(args, kwargs or {}))
-        if self.randomize and self.mode == "run":
+        if self.randomize and self.mode == "run" and targeted:
             self._perturb(args, kwargs or {})
-        if self.mode == "run":
+        if self.mode == "run" or (self.mode == "suppress" and not targeted):
             return True
         self.suppressed += 1
         return False
@@ -96,6 +107,7 @@ class LaunchGate:
         self.suppressed = 0
         self.audited = []
         self.randomized = 0
+        self.units = set()
         self._restore = []
 
 

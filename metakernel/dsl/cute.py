@@ -115,7 +115,7 @@ def _gated(original: Callable[..., Any], skipped: Any, validate: Callable[..., N
         names = _kernel_names(self)
         if names:
             gate.kernel_names.update(names)
-        if not gate.should_launch(args, kwargs):
+        if not gate.should_launch(args, kwargs, names or ()):
             if validate is not None and gate.mode == "intercept":
                 validate(self, args, kwargs)
             return skipped

@@ -177,8 +177,11 @@ class GatedFunction:
         gate = _STATE.gate
         if gate is None:  # hooks never installed for this process: behave like the plain function
             return self._func(*args)
-        gate.kernel_names.update(kernel_names_of(self._module))
-        if gate.should_launch(args):
+        names = kernel_names_of(self._module)
+        gate.kernel_names.update(names)
+        # A module without device symbols (the llvm target) is still one unit for the per-unit ablation; its host
+        # functions are all called "main" when compiled alone, so the module's identity tells them apart.
+        if gate.should_launch(args, names=names or (f"{self._name}@{id(self._module):x}",)):
             try:
                 return self._func(*args)
             finally:
@@ -206,9 +209,10 @@ def _gated_time_evaluator(self: Any, func_name: str, dev: Any, *args: Any, **kwa
 
     def gated_evaluator(*call_args: Any) -> Any:
         gate = _STATE.gate
+        names = kernel_names_of(self)
         if gate is not None:
-            gate.kernel_names.update(kernel_names_of(self))
-        if gate is None or gate.should_launch(call_args):
+            gate.kernel_names.update(names)
+        if gate is None or gate.should_launch(call_args, names=names):
             return evaluator(*call_args)
         from tvm.runtime.module import BenchmarkResult
 

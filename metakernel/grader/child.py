@@ -399,6 +399,8 @@ class Child:
         if self.gate is not None:
             self.gate.audit = mode == "audit"
             self.gate.randomize = mode == "randomize"
+            only = msg.get("only")
+            self.gate.only = frozenset(str(n) for n in only) if only else None
         inputs = self.inputs(msg["inputs"], blobs)
         self.poison(int(msg.get("poison", 0)), int(msg.get("pattern", 0xFF)))
         if self.device == "cuda":
@@ -417,10 +419,12 @@ class Child:
         finally:
             if self.gate is not None:
                 self.gate.audit = self.gate.randomize = False
+                self.gate.only = None
         probe_after = host_probe()
         # One clock since protocol 2 (the bound perf_counter around a device-wide sync): `event_s` is that bracket.
         reply: dict[str, Any] = {"ok": True, "host_s": host_s, "event_s": host_s,
                                  "launches": self.gate.launches if self.gate else None,
+                                 "units": sorted(self.gate.units) if self.gate else [],
                                  "probe_s": max(probe_before, probe_after), "probe_before_s": probe_before,
                                  "probe_after_s": probe_after}
         out_blobs: list[bytes] = []
@@ -428,11 +432,12 @@ class Child:
         if self.device == "cpu":
             reply["inputs_after"] = [transport.pack_value(x, out_blobs) for x in inputs]
         if self.gate is not None and mode == "audit":
-            sizes = list(msg.get("audit_numels") or [])  # only arguments about the size of an output (or padded
-            # by a little) can hold one: others (caches, weights) stay here
+            sizes = list(msg.get("audit_bytes") or [])  # only arguments about the size of an output in bytes (or
+            # padded by a little), whatever their dtype, can hold one: others (caches, weights) stay here
 
             def wanted(t: Any) -> bool:
-                return any(n <= t.numel() <= n + max(64, n // 100) for n in sizes)
+                nbytes = t.numel() * t.element_size()
+                return any(n <= nbytes <= n + max(256, n // 100) for n in sizes)
 
             reply["audited"] = [[transport.pack_value(t.cpu(), out_blobs) for t in launch if wanted(t)]
                                 for launch in self.gate.audited]
@@ -527,6 +532,7 @@ class Child:
             del out
         reply = {"ok": True, "kernels": kernels, "repeats": len(draws), "outs": outs,
                  "kernel_names": sorted(self.gate.kernel_names) if self.gate else [],
+                 "units": sorted(self.gate.units) if self.gate else [],
                  "launches": self.gate.launches / len(draws) if self.gate else None}
         del draws
         self._check_clean()

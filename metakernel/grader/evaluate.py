@@ -308,11 +308,12 @@ class Evaluation:
         self.report.ablation = self.report.ablations.get("suppress")
         self.report.phases_s["ablation"] = time.perf_counter() - started
 
-    def _quiet_call(self, inputs: list[Any], mode: str) -> tuple[dict[str, Any] | None, list[Any], Any]:
+    def _quiet_call(self, inputs: list[Any], mode: str, **extra: Any
+                    ) -> tuple[dict[str, Any] | None, list[Any], Any]:
         """A call whose failure is information, not a verdict (the ablations)."""
         assert self.worker is not None
         try:
-            reply, views = self._exchange(inputs, mode, 0xFF)
+            reply, views = self._exchange(inputs, mode, 0xFF, **extra)
         except WorkerFailure as exc:
             raise _Crashed(exc.status) from exc
         if not reply.get("ok"):
@@ -333,19 +334,26 @@ class Evaluation:
         """Catch token kernels: a DSL launch handed the finished answer, as is or transformed."""
         inputs = self.draw()
         expected = compute_expected(self.problem, inputs)
-        numels = sorted({t.numel() for n, t in expected.reference.items() if n not in self.problem.mutates})
-        reply, _, _ = self.call(inputs, mode="audit", audit_numels=numels)
-        from metakernel.grader.tokens import token_output
+        sizes = sorted({t.numel() * t.element_size() for n, t in expected.reference.items()
+                        if n not in self.problem.mutates})
+        reply, _, _ = self.call(inputs, mode="audit", audit_bytes=sizes)
+        from metakernel.grader.tokens import token_output, token_pair
 
         for launch, specs in enumerate(reply.get("audited") or []):
-            for spec in specs:
-                arg = unpack_value(spec, reply["_blobs"]).to(self.device)
+            args = [unpack_value(spec, reply["_blobs"]).to(self.device) for spec in specs]
+            for arg in args:
                 name = token_output(arg, inputs, expected, self.problem.mutates)
                 if name is not None:
                     self.end("rule_violation", "dsl_token",
                              f"{self.dsl} launch {launch + 1} was handed the finished value of output {name} (or "
-                             "a rescaled, shifted, reshaped or permuted copy of it) before it ran: the DSL kernel "
-                             "does no work the answer depends on")
+                             "a rescaled, shifted, reshaped, reinterpreted or permuted copy of it) before it ran: "
+                             "the DSL kernel does no work the answer depends on")
+            name = token_pair(args, inputs, expected, self.problem.mutates)
+            if name is not None:
+                self.end("rule_violation", "dsl_token",
+                         f"{self.dsl} launch {launch + 1} was handed output {name} split over two arguments (their "
+                         "bytes XOR to the finished value) before it ran: the DSL kernel does no work the answer "
+                         "depends on")
 
     def timing(self) -> None:
         checker = Checker()
@@ -396,27 +404,82 @@ class Evaluation:
         kernels = reply.get("kernels", [])
         total = sum(us for _, us in kernels)
         classes = {name: kernel_names.classify(name, names) for name, _ in kernels}
-        dsl_us = sum(us for name, us in kernels if classes[name] == "dsl")
-        self.report.kernels = [{"name": n[:160], "us": round(us, 3), "kind": classes[n]} for n, us in kernels]
-        self.report.phases_s["profile"] = time.perf_counter() - started
         foreign = [n for n, kind in classes.items() if kind == "foreign"]
         if foreign:
+            self.report.phases_s["profile"] = time.perf_counter() - started
             self.end("rule_violation", "foreign_kernel",
                      f"GPU kernel {foreign[0][:120]!r} is neither a {self.dsl} kernel this file compiled nor a "
                      "torch or CUDA library kernel (another JIT or kernel language did GPU work)")
+        idle = self.unit_ablation([tuple(u) for u in reply.get("units") or []], kernels, classes)
+        for name in idle:
+            classes[name] = "dsl_idle"
+        dsl_us = sum(us for name, us in kernels if classes[name] == "dsl")
+        idle_us = sum(us for name, us in kernels if classes[name] == "dsl_idle")
+        self.report.kernels = [{"name": n[:160], "us": round(us, 3), "kind": classes[n]} for n, us in kernels]
+        self.report.phases_s["profile"] = time.perf_counter() - started
         if not kernels:
             return
         self.report.gpu_only_us = total
         self.report.gpu_only_draws = int(reply.get("repeats") or 0)
         self.report.gpu_only_rse = reply.get("rse")
         self.report.dsl_share = dsl_us / total if total > 0 else None
+        if self.device == "cuda" and dsl_us <= 0 and idle_us > 0:
+            self.end("rule_violation", "dsl_unused", f"the outputs depend on none of the {self.dsl} launches alone")
         if self.device == "cuda" and dsl_us <= 0:
             self.end("rule_violation", "no_dsl_launch", f"the profiled calls ran no {self.dsl} kernel on the GPU")
         if self.device == "cuda" and self.report.dsl_share is not None and self.report.dsl_share < 0.5:
+            unused = (f"; {idle_us:.0f} us more ran in {self.dsl} launches the outputs do not depend on, which "
+                      "do not count" if idle_us > 0 else "")
             self.end("rule_violation", "dsl_share",
                      f"{self.dsl} kernels are {100 * self.report.dsl_share:.0f} % of the call's GPU time "
-                     f"(mean over {self.report.gpu_only_draws} profiled draws); the rule is at least 50 %: move "
-                     "the heavy work into the DSL")
+                     f"(mean over {self.report.gpu_only_draws} profiled draws{unused}); the rule is at least 50 %: "
+                     "move the heavy work into the DSL")
+
+    def unit_ablation(self, units: list[tuple[str, ...]], kernels: list[tuple[str, float]],
+                      classes: dict[str, str]) -> set[str]:
+        """The DSL symbols whose launches the outputs do not depend on (their time is not DSL work).
+
+        Only where a call launches two or more compiled units (one unit is the whole-call ablation, already
+        passed). Each unit alone gets its tensor arguments randomised before it runs (or, with none to randomise,
+        is suppressed); outputs that stay correct mean its values were not needed: e.g. a kernel that burns time
+        on scratch memory so that the DSL's share of the GPU time looks larger. A crash or an error counts as
+        required.
+        """
+        dsl_time: dict[str, float] = {}
+        for name, us in kernels:
+            if classes.get(name) == "dsl":
+                dsl_time[name] = dsl_time.get(name, 0.0) + us
+        units = sorted({u for u in units if u and any(dsl_time.get(n) for n in u)},
+                       key=lambda u: -sum(dsl_time.get(n, 0.0) for n in u))
+        if len(units) < 2:
+            return set()
+        idle: set[str] = set()
+        required: set[str] = set()
+        for unit in units:
+            label = f"unit {','.join(n[:48] for n in unit)}"
+            verdict = "required"
+            for mode in ("randomize", "suppress"):
+                inputs = self.draw()
+                try:
+                    reply, seen, out = self._quiet_call(inputs, mode, only=list(unit))
+                except _Crashed as exc:
+                    self.report.ablations[label] = f"the process failed ({exc}) with it {mode}d: counts as required"
+                    self._restart()
+                    break
+                if reply is None:
+                    self.report.ablations[label] = f"solve raised with it {mode}d: counts as required"
+                    break
+                if mode == "randomize" and not reply.get("randomized"):
+                    continue  # no tensor argument: whether it is needed at all is the suppression's question
+                if self._still_correct(inputs, seen, out):
+                    verdict = "idle"
+                    self.report.ablations[label] = (f"outputs still correct with it {mode}d: its time is not "
+                                                    f"counted as {self.dsl} work")
+                else:
+                    self.report.ablations[label] = f"outputs wrong with it {mode}d: its values are required"
+                break
+            (idle if verdict == "idle" else required).update(unit)
+        return idle - required
 
     def baselines(self) -> None:
         if not self.o.baselines:

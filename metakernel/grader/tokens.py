@@ -60,13 +60,46 @@ def _affine_match(arg: torch.Tensor, ref: torch.Tensor) -> bool:
     return abs(a) > 1e-6 and float((resid * resid).sum()) <= (AFFINE_TOLERANCE ** 2) * syy
 
 
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's bytes, flat (any dtype: an answer reinterpreted as another dtype has the same bytes)."""
+    return t.contiguous().reshape(-1).view(torch.uint8)
+
+
 def _holds_block(arg: torch.Tensor, ref: torch.Tensor) -> bool:
-    """The answer as the first or last block of a larger argument (padded)."""
-    n = ref.numel()
-    if arg.numel() <= n or arg.dtype != ref.dtype or n < MIN_ELEMENTS:
+    """The answer's bytes as the whole, the first or the last block of an argument of any dtype.
+
+    (An answer padded, or reinterpreted as another dtype.)
+    """
+    n = ref.numel() * ref.element_size()
+    if arg.numel() * arg.element_size() < n or ref.numel() < MIN_ELEMENTS:
         return False
-    flat, want = _bits(arg), _bits(ref.to(arg.device))
+    flat, want = _bytes(arg), _bytes(ref.to(arg.device))
     return bool(torch.equal(flat[:n], want) or torch.equal(flat[-n:], want))
+
+
+def token_pair(args: list[torch.Tensor], inputs: list[Any], expected: Expected,
+               mutates: tuple[str, ...]) -> str | None:
+    """The name of an output two arguments of one launch hold between them (their bytes XOR to it), or None.
+
+    A random key and the answer XOR-ed with it look like noise one by one. Sums are not tested: an honest
+    split-K combine kernel is handed partials that add up to the answer.
+    """
+    candidates = [a for a in args if a.numel() and not _is_input(a, inputs)]
+    for name in (*expected.names, *expected.mutated):
+        if name in mutates:
+            continue
+        ref = expected.reference[name]
+        nbytes = ref.numel() * ref.element_size()
+        if ref.numel() < MIN_ELEMENTS or bool((ref == 0).all()):
+            continue
+        sized = [_bytes(a)[:nbytes] for a in candidates if a.numel() * a.element_size() >= nbytes]
+        for i in range(len(sized)):
+            for j in range(i + 1, len(sized)):
+                decoded = torch.bitwise_xor(sized[i], sized[j]).view(ref.dtype).reshape(ref.shape)
+                leaves = {**expected.reference, name: decoded.to(ref.device)}
+                if compare_one(name, leaves, expected)[1] is None:
+                    return name
+    return None
 
 
 def _shifted(arg: torch.Tensor, ref: torch.Tensor) -> bool:
