@@ -219,6 +219,7 @@ def run_gold_validation(selection: str, *, device: str, as_json: bool, report_pa
                 # The dry run cannot see wrong values, hangs or token kernels: only the GPU grades those.
                 record["ok"] = report.status in ("passed", sol.expected_status)
                 record["note"] = "needs the GPU to show its expected reason"
+        record["graded_at"] = data["runs"][-1]["revision"].get("commit")  # a resumed report spans commits
         data["solutions"][sol.key] = record
         if report_path:
             _summarise_gold(data)

@@ -107,6 +107,17 @@ def solve(x, b):
     while True:
         y.add_(0.0)
 """,
+    "burn": """
+_SCRATCH = {}
+
+def solve(x, b):
+    y = torch.empty_like(x)
+    exe(axpb)(x, b, y)
+    if "a" not in _SCRATCH:
+        _SCRATCH["a"], _SCRATCH["b"] = torch.ones(64, 64), torch.empty(64, 64)
+    exe(copy)(_SCRATCH["a"], _SCRATCH["b"])  # burns time; nobody reads b
+    return y
+""",
     "tuple": """
 def solve(x, b):
     y = torch.empty_like(x)
@@ -273,13 +284,14 @@ def test_gpu_only_time_profiles_more_draws_only_when_the_work_varies(problem):
             spread = [float(d[0].float().std()) if vary else 1.0 for d in draws]
             per_call = sum(100.0 * s for s in spread) / count
             return {"ok": True, "kernels": [("gemm", 0.75 * per_call), ("norm", 0.25 * per_call)],
-                    "kernel_names": ["gemm"], "repeats": count}
+                    "kernel_names": ["gemm"], "units": [["gemm"], ["burn"]], "repeats": count}
         return send
 
     options = GradeOptions(profile_draws=24, profile_max_draws=48, profile_rse=0.005)
     fixed = timing.profile_kernels(child(False), options)
     assert fixed["repeats"] == 24 and fixed["rse"] == 0.0
     assert dict(fixed["kernels"]) == {"gemm": 75.0, "norm": 25.0}
+    assert fixed["units"] == [("burn",), ("gemm",)]  # the per-unit ablation needs them (the H200 lost them once)
     strict = GradeOptions(profile_draws=24, profile_max_draws=48, profile_rse=1e-6)
     varying = timing.profile_kernels(child(True), strict)
     assert varying["repeats"] == 48 and 0 < varying["rse"] < 0.5
@@ -462,31 +474,48 @@ def test_a_grader_bug_is_an_infra_error_not_a_crash(problem, tmp_path, monkeypat
 def test_a_launch_the_outputs_do_not_depend_on_is_not_dsl_work(problem, tmp_path):
     """The per-unit ablation: a second compiled kernel that only burns time on scratch memory (to pad the DSL's
     share of the GPU time) is found idle; the kernel that computes the answer is required."""
-    from metakernel.grader.evaluate import Evaluation
+    from metakernel.grader.evaluate import Evaluation, fresh_copies
 
-    path = _kernel(tmp_path, "burn", """
-_SCRATCH = {}
-
-def solve(x, b):
-    y = torch.empty_like(x)
-    exe(axpb)(x, b, y)
-    if "a" not in _SCRATCH:
-        _SCRATCH["a"], _SCRATCH["b"] = torch.ones(64, 64), torch.empty(64, 64)
-    exe(copy)(_SCRATCH["a"], _SCRATCH["b"])
-    return y
-""")
+    path = _kernel(tmp_path, "burn")
     ev = Evaluation(problem, "tirx", path, "cpu", FAST)
     try:
         ev.start()
         reply, _, _ = ev.call(ev.draw())
         units = [tuple(u) for u in reply["units"]]
         assert len(units) == 2 and all(units), units
+        profiled, _ = ev.worker.exchange({"op": "profile", "poison": ev.poison_bytes, "pattern": 0xFF},
+                                         [fresh_copies(problem, ev.draw())], 60.0)
+        assert sorted(tuple(u) for u in profiled["units"]) == sorted(units)  # what Evaluation.profile reads
         kernels = [(name, 10.0) for unit in units for name in unit]
         idle = ev.unit_ablation(units, kernels, {name: "dsl" for name, _ in kernels})
         (burn,) = [u for u in units if set(u) & idle]
         assert set(burn) == idle, (units, idle, ev.report.ablations)
         texts = sorted(ev.report.ablations.values())
         assert any("still correct" in t for t in texts) and any("required" in t for t in texts), texts
+    finally:
+        if ev.worker is not None:
+            ev.worker.close()
+
+
+def test_the_profile_phase_discounts_an_idle_unit(problem, tmp_path, monkeypatch):
+    """The wiring: the profile phase hands the units its requests saw to the per-unit ablation and marks the burn
+    `dsl_idle`. The CPU profiler records no device kernels, so each unit's symbols get a stand-in time."""
+    from metakernel.grader import evaluate
+
+    real = evaluate.profile_kernels
+
+    def with_times(send, options):
+        reply = real(send, options)
+        names = [name for unit in reply["units"] for name in unit]
+        return {**reply, "kernels": [(name, 10.0) for name in names], "kernel_names": names}
+
+    monkeypatch.setattr(evaluate, "profile_kernels", with_times)
+    ev = evaluate.Evaluation(problem, "tirx", _kernel(tmp_path, "burn"), "cpu", FAST)
+    try:
+        ev.start()
+        ev.profile()
+        assert sorted(k["kind"] for k in ev.report.kernels) == ["dsl", "dsl_idle"], ev.report.kernels
+        assert ev.report.dsl_share == 0.5
     finally:
         if ev.worker is not None:
             ev.worker.close()

@@ -56,11 +56,12 @@ def profile_kernels(send: Callable[[int], dict[str, Any]], options: Any) -> dict
     `profile_draws`, then more until the standard error of the request means is under `profile_rse` of their mean,
     at most `profile_max_draws`. `send(count)` makes one profile request of `count` fresh draws (the caller places
     them, checks their outputs and raises on a failed reply) and returns the child's reply. Returns the reply shape
-    with kernels merged by name (µs per call), `repeats` = calls profiled and `rse` of the GPU-time mean (None from
-    a single request).
+    with kernels merged by name (µs per call), the launched DSL units merged, `repeats` = calls profiled and `rse`
+    of the GPU-time mean (None from a single request).
     """
     per_name: dict[str, float] = {}
     names: set[str] = set()
+    units: set[tuple[str, ...]] = set()
     chunk_us: list[tuple[int, float]] = []
     calls = 0
     rse = float("inf")
@@ -70,13 +71,15 @@ def profile_kernels(send: Callable[[int], dict[str, Any]], options: Any) -> dict
         for name, us in reply.get("kernels", []):
             per_name[name] = per_name.get(name, 0.0) + float(us) * n
         names.update(reply.get("kernel_names", []))
+        units.update(tuple(u) for u in reply.get("units", []))
         chunk_us.append((n, sum(float(us) for _, us in reply.get("kernels", []))))
         calls += n
         rse = _chunk_rse(chunk_us)
         if calls >= options.profile_draws and rse <= options.profile_rse:
             break
     return {"ok": True, "kernels": [(name, total / calls) for name, total in per_name.items()],
-            "kernel_names": sorted(names), "repeats": calls, "rse": rse if math.isfinite(rse) else None}
+            "kernel_names": sorted(names), "units": sorted(units), "repeats": calls,
+            "rse": rse if math.isfinite(rse) else None}
 
 
 def _chunk_rse(chunks: list[tuple[int, float]]) -> float:

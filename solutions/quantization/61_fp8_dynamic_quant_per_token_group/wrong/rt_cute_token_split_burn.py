@@ -1,8 +1,8 @@
 """Token route plus DSL-share padding: the eager answer split into two random-looking addends, added back by CuTe,
 plus a CuTe kernel that only burns time on a scratch buffer.
 
-Eager PyTorch quantizes; x_q (as fp32) and x_scale are each split into (answer - noise, noise) with fresh Gaussian
-noise, a CuTe kernel adds the halves back in fp32, and eager casts the sum to fp8. No launch argument holds the answer
+Eager PyTorch quantizes; the magnitudes of x_q (as fp32) and x_scale are each split into (answer - noise, noise) with
+fresh Gaussian noise, a CuTe kernel adds the halves back in fp32, and eager restores the sign and casts to fp8. No launch argument holds the answer
 in any form the audit tests (sums are not tested: an honest split-K combine is handed partials that add up), both
 whole-call ablations break the outputs, and the burn lifts CuTe above half of the GPU time. The per-unit ablation
 finds that the outputs do not depend on the burn's values: its time does not count, and the share is far below 50 %.
@@ -100,10 +100,10 @@ def _eager(x):
 
 def _through_cute(value):
     flat = value.float().reshape(-1)
-    noise = torch.randn_like(flat)
+    noise = torch.randn_like(flat) * flat.abs()  # noise on the scale of each value: the sum keeps fp32 precision
     out = torch.empty_like(flat)
-    _join((flat - noise).contiguous(), noise, out)
-    return out.view(value.shape).to(value.dtype)
+    _join((flat.abs() - noise).contiguous(), noise, out)  # magnitudes: (-0) - n + n would come back as +0
+    return out.copysign(flat).view(value.shape).to(value.dtype)
 
 
 def solve(x):

@@ -1,0 +1,170 @@
+"""What the harness adds to a timed call: the grader's end-to-end median beside the same bracket in a plain process.
+
+Issue 13's measurement. For every gold kernel (or the selection given), in one device call so that both see the
+same host state, interleaved: a plain process (A), the grader, a second plain process (B). Each plain process
+imports the kernel file directly (no sandbox, no launch hooks, no transport) and times the grader's own bracket —
+sync, clock, `solve`, device-wide sync, clock, garbage collection off — over fresh full-scale inputs on every
+draw; the eager reference gets the same treatment. The bound the grader must meet:
+
+    |grader median - plain median| <= max(5 us, 3 % of plain, 2 x |plain A - plain B|)
+
+where plain median is the mean of A and B and |A - B| is the plain bracket's own A/A spread. The grader is run
+with fresh baselines, so its eager median is measured beside its plain twin too.
+
+    METAKERNEL_REVISION=<commit> python3 scripts/bench_overhead.py [--only 28,36] [--out FILE] [--budget S]
+        [--draws 300] [--device cuda]
+    python3 scripts/bench_overhead.py --plain PROBLEM (eager|KERNEL_FILE) [--draws N] [--device D]   (one plain run)
+
+Resumable: finished kernels in the output file are kept; the file is rewritten after each one (and copied under
+$OUT when set). The gold kernels need the GPU; on a CPU machine only `--plain N eager --device cpu` runs (CI).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+BOUND_US = 5.0
+BOUND_SHARE = 0.03
+WARMUP = 5
+PLAIN_CAP_S = 20.0
+
+
+def plain_bracket(number: int, target: str, draws: int, device: str) -> dict[str, Any]:
+    """The grader's bracket with nothing of the grader around it: median over fresh draws (one process)."""
+    import torch
+
+    from metakernel.catalog import load_catalog
+
+    problem = load_catalog().problem(number)
+    if target == "eager":
+        fn = problem.reference
+    else:
+        spec = importlib.util.spec_from_file_location("plain_kernel", target)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)  # DSLs read kernel source from files: import it from disk, as the child does
+        fn = module.solve
+
+    def sync() -> None:
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    times: list[float] = []
+    started = time.perf_counter()
+    gc.disable()
+    try:
+        for i in range(WARMUP + draws):
+            torch.manual_seed(1000 + i)
+            inputs = problem.make_inputs(device=device, scale="full" if device == "cuda" else "small")
+            sync()
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                out = fn(*inputs)
+            sync()
+            elapsed = time.perf_counter() - t0
+            del out, inputs
+            gc.collect(0)
+            if i >= WARMUP:
+                times.append(elapsed)
+            if time.perf_counter() - started > PLAIN_CAP_S and len(times) >= 20:
+                break
+    finally:
+        gc.enable()
+    return {"median_us": statistics.median(times) * 1e6, "n": len(times), "min_us": min(times) * 1e6}
+
+
+def _plain(number: int, target: str, draws: int, device: str) -> dict[str, Any]:
+    """One plain run in its own process (a fresh CUDA context, as the grader's child has)."""
+    cmd = [sys.executable, __file__, "--plain", str(number), target, "--draws", str(draws), "--device", device]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    if done.returncode != 0:
+        return {"error": (done.stderr or done.stdout)[-2000:]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def within_bound(grader_us: float | None, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """The comparison of one grader median with its two plain twins."""
+    if grader_us is None or "median_us" not in a or "median_us" not in b:
+        return {"ok": None}
+    plain = (a["median_us"] + b["median_us"]) / 2
+    aa = abs(a["median_us"] - b["median_us"])
+    bound = max(BOUND_US, BOUND_SHARE * plain, 2 * aa)
+    added = grader_us - plain
+    return {"plain_us": plain, "aa_spread_us": aa, "added_us": added, "added_share": added / plain if plain else None,
+            "bound_us": bound, "ok": abs(added) <= bound}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--plain", nargs=2, metavar=("PROBLEM", "TARGET"), help=argparse.SUPPRESS)
+    parser.add_argument("--only", default="", help="problem numbers, comma separated")
+    parser.add_argument("--out", default="validation/h200-overhead.json")
+    parser.add_argument("--budget", type=float, default=480.0, help="seconds before stopping (resume later)")
+    parser.add_argument("--draws", type=int, default=300)
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    args = parser.parse_args()
+    if args.plain:
+        print(json.dumps(plain_bracket(int(args.plain[0]), args.plain[1], args.draws, args.device)))
+        return 0
+
+    from metakernel import gold
+    from metakernel.catalog import load_catalog
+    from metakernel.grader.evaluate import GradeOptions, grade
+    from metakernel.jsonio import write_json_atomic
+    from metakernel.provenance import provenance
+
+    out = Path(args.out)
+    data: dict[str, Any] = (json.loads(out.read_text()) if out.is_file()
+                            else {"provenance": provenance(), "device": args.device, "kernels": {}})
+    data.setdefault("runs", []).append(provenance())
+    data["bound"] = f"|grader - plain| <= max({BOUND_US} us, {BOUND_SHARE:.0%} of plain, 2 x plain A/A spread)"
+    wanted = {int(x) for x in args.only.split(",") if x.strip()}
+    catalog = load_catalog()
+    started = time.monotonic()
+    for sol in gold.discover():
+        if sol.kind != "gold" or (wanted and sol.number not in wanted) or sol.key in data["kernels"]:
+            continue
+        if time.monotonic() - started > args.budget:
+            print("budget spent; run again to resume")
+            return 3
+        problem = catalog.problem(sol.number)
+        os.environ["METAKERNEL_CACHE_DIR"] = tempfile.mkdtemp(prefix="mk-overhead-cache-")  # fresh baselines
+        kernel_a = _plain(sol.number, str(sol.path), args.draws, args.device)
+        eager_a = _plain(sol.number, "eager", args.draws, args.device)
+        report = grade(problem, sol.dsl, sol.path, device=args.device, options=GradeOptions())
+        kernel_b = _plain(sol.number, str(sol.path), args.draws, args.device)
+        eager_b = _plain(sol.number, "eager", args.draws, args.device)
+        grader_us = report.timing.median_us if report.timing else None
+        eager_us = report.eager.median_us if report.eager else None
+        entry: dict[str, Any] = {
+                 "problem": problem.identity, "dsl": sol.dsl, "status": report.status, "reason": report.reason,
+                 "grader_us": grader_us, "grader_eager_us": eager_us, "plain": [kernel_a, kernel_b],
+                 "plain_eager": [eager_a, eager_b], "kernel": within_bound(grader_us, kernel_a, kernel_b),
+                 "eager": within_bound(eager_us, eager_a, eager_b), "phases_s": report.phases_s}
+        data["kernels"][sol.key] = entry
+        print(f"{sol.key}: grader {grader_us} us, plain {entry['kernel'].get('plain_us')} us, "
+              f"added {entry['kernel'].get('added_us')} us (ok {entry['kernel']['ok']}); eager added "
+              f"{entry['eager'].get('added_us')} us (ok {entry['eager']['ok']})", flush=True)
+        rows = list(data["kernels"].values())
+        data["summary"] = {"kernels": len(rows),
+                           "kernel_within_bound": sum(1 for r in rows if r["kernel"]["ok"]),
+                           "eager_within_bound": sum(1 for r in rows if r["eager"]["ok"])}
+        write_json_atomic(out, data)
+        if os.environ.get("OUT"):
+            write_json_atomic(Path(os.environ["OUT"], out.name), data)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

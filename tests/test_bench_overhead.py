@@ -1,0 +1,33 @@
+"""scripts/bench_overhead.py (issue 13's harness-overhead measurement): the plain bracket in its own process and
+the bound it is judged by. The grader side needs the GPU's gold kernels; this pins the CPU-reachable parts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+def test_a_plain_process_times_the_eager_reference():
+    done = subprocess.run([sys.executable, str(SCRIPTS / "bench_overhead.py"), "--plain", "28", "eager",
+                           "--draws", "20", "--device", "cpu"], capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    row = json.loads(done.stdout.strip().splitlines()[-1])
+    assert row["n"] == 20 and 0 < row["min_us"] <= row["median_us"]
+
+
+def test_the_bound_is_the_largest_of_five_us_three_percent_and_twice_the_aa_spread():
+    sys.path.insert(0, str(SCRIPTS))
+    from bench_overhead import within_bound
+
+    a, b = {"median_us": 100.0}, {"median_us": 102.0}
+    assert within_bound(105.9, a, b)["ok"] and within_bound(106.1, a, b)["ok"] is False  # 2 x A/A = 4 < 5 us
+    big_a, big_b = {"median_us": 1000.0}, {"median_us": 1000.0}
+    assert within_bound(1029.0, big_a, big_b)["ok"] and within_bound(1031.0, big_a, big_b)["ok"] is False  # 3 %
+    noisy_a, noisy_b = {"median_us": 100.0}, {"median_us": 110.0}
+    assert within_bound(124.0, noisy_a, noisy_b)["ok"]  # 2 x 10 us A/A spread
+    assert within_bound(None, a, b)["ok"] is None and within_bound(100.0, {"error": "x"}, b)["ok"] is None

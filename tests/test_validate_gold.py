@@ -1,0 +1,32 @@
+"""`problems validate --gold --report R --resume --time-budget S`, the H200 validation's shard loop, on the CPU:
+a shard stops at its budget with exit 3 and a report on disk, the next one resumes without re-grading, and each
+entry says at which commit it was graded (a resumed report spans commits)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from metakernel.validate_run import run_gold_validation
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("tvm") is None, reason="apache-tvm is not installed")
+
+
+def test_a_shard_stops_at_its_budget_and_the_next_resumes(tmp_path, monkeypatch):
+    monkeypatch.setenv("METAKERNEL_REVISION", "abc1234")
+    report = tmp_path / "gold.json"
+    assert run_gold_validation("25", device="cpu", as_json=True, report_path=report, resume=True,
+                               time_budget=0.5) == 3
+    first = json.loads(report.read_text())
+    assert len(first["solutions"]) == 1 and len(first["runs"]) == 1
+    (entry,) = first["solutions"].values()
+    assert entry["graded_at"] == "abc1234" and entry["dsl"] in ("cute", "tirx")
+    monkeypatch.setenv("METAKERNEL_REVISION", "def5678")
+    run_gold_validation("25", device="cpu", as_json=True, report_path=report, resume=True, time_budget=0.5)
+    second = json.loads(report.read_text())
+    assert len(second["runs"]) == 2 and len(second["solutions"]) == 2
+    kept = second["solutions"][next(iter(first["solutions"]))]
+    assert kept["graded_at"] == "abc1234" and kept["sha256"] == entry["sha256"]  # not graded again
+    assert {e["graded_at"] for e in second["solutions"].values()} == {"abc1234", "def5678"}
