@@ -16,8 +16,9 @@ HAVE_DSLS = all(importlib.util.find_spec(m) is not None for m in ("tvm", "cutlas
 pytestmark = pytest.mark.skipif(not HAVE_DSLS, reason="the DSL packages are not installed")
 
 
-def test_the_tree_has_two_gold_problems_per_family_in_both_dsls_and_twelve_wrong():
-    """Pins the grader issue's corpus: 12 problems x 2 DSLs of gold, at least 12 wrong solutions."""
+def test_every_gold_problem_has_both_dsls_and_every_family_at_least_two():
+    """Pins the corpus: a gold problem is solved in both DSLs (a variant proven in one only is not a pair); every
+    family keeps at least its two first gold problems; at least 12 wrong solutions."""
     catalog = load_catalog()
     gold_pairs = {(s.number, s.dsl) for s in SOLUTIONS if s.kind == "gold" and s.path.stem in ("cute", "tirx")}
     numbers = {n for n, _ in gold_pairs}
@@ -26,7 +27,7 @@ def test_the_tree_has_two_gold_problems_per_family_in_both_dsls_and_twelve_wrong
     for n in numbers:
         fam = catalog.paths[n].parent.name
         per_family[fam] = per_family.get(fam, 0) + 1
-    assert len(numbers) == 12 and set(per_family.values()) == {2}, per_family
+    assert len(per_family) == 6 and min(per_family.values()) >= 2, per_family
     assert sum(1 for s in SOLUTIONS if s.kind == "wrong") >= 12
 
 
