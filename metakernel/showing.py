@@ -119,7 +119,12 @@ def render(info: dict[str, Any]) -> None:
     if info["comparators"]:
         console.print(f"comparators: {info['comparators']}")
     console.rule("source")
-    console.print(Syntax(info["source"], "python", line_numbers=True))
+    if console.is_terminal:
+        console.print(Syntax(info["source"], "python", line_numbers=True, word_wrap=True))
+    else:  # piped or captured (an agent's tool): every line whole, whatever width rich assumes
+        width = len(str(info["source"].count("\n") + 1))
+        console.file.write("".join(f"{i:>{width}} {line}\n"
+                                   for i, line in enumerate(info["source"].splitlines(), 1)))
     for key, text in info["tasks"].items():
         console.rule(f"task text: {key} variant")
         console.print(Markdown(text.split("## The problem file")[0]))

@@ -35,6 +35,15 @@ def test_list_json_has_all_74():
                                            "linear_attention"}
 
 
+def test_show_prints_every_source_line_whole_when_piped():
+    """An agent's tool captures the output (no terminal): rich would crop the source at 80 columns."""
+    result = run("problems", "show", "31", env={"COLUMNS": "80"})
+    assert result.returncode == 0, result.stderr
+    source = (ROOT / "problems" / "mlp_norm" / "31_groupnorm_silu_32g.py").read_text(encoding="utf-8")
+    long_lines = [ln for ln in source.splitlines() if len(ln) > 80]
+    assert long_lines and all(ln in result.stdout for ln in long_lines)
+
+
 def test_show_prints_provenance_shapes_roofline_and_both_tasks():
     result = run("problems", "show", "28", "--json")
     assert result.returncode == 0, result.stderr

@@ -519,3 +519,45 @@ def test_the_profile_phase_discounts_an_idle_unit(problem, tmp_path, monkeypatch
     finally:
         if ev.worker is not None:
             ev.worker.close()
+
+
+SCALED_PROBLEM = """
+def reference(x, b):
+    return x * 2.0 + b
+
+def make_inputs(device="cuda", scale="full"):
+    rows = 4096 if scale == "full" else 64
+    return [torch.randn(rows, 32, device=device), torch.randn(32, device=device)]
+
+def roofline(x, b):
+    return {"flops": 2 * x.numel(), "bytes": 4 * (2 * x.numel() + b.numel())}
+"""
+
+
+def test_the_check_compiles_the_full_scale_path_too(tmp_path):
+    """The free check traces solve at the full-scale shapes (meta tensors): a branch only the GPU's shapes take is
+    compiled before any paid submission; code that needs values there is reported as not covered."""
+    scaled = load_problem_file(write_problem(tmp_path / "problems", "mlp_norm", "27_axpb_scaled", SCALED_PROBLEM))
+    ok = dry_run(scaled, "tirx", _kernel(tmp_path, "correct"))
+    assert ok.status == "passed" and "full scale (the GPU's shapes): 1 launch" in ok.message, ok.agent_text()
+    broken = dry_run(scaled, "tirx", _kernel(tmp_path, "full_only_error", """
+def solve(x, b):
+    y = torch.empty_like(x)
+    if x.shape[0] > 1000:  # the full-scale specialisation: a target this machine has not got
+        tvm.compile(axpb, target="no-such-target", tir_pipeline="tirx")(x, b, y)
+    else:
+        exe(axpb)(x, b, y)
+    return y
+"""))
+    assert broken.status != "passed" and "at the full-scale shapes" in broken.message, broken.agent_text()
+    # TVM's error (its C++ frames become Python frames of files that do not exist, which call sys._getframe)
+    # reaches the agent as the error, not as a sandbox refusal
+    assert broken.reason != "sandbox" and "no-such-target" in broken.message, broken.agent_text()
+    values = dry_run(scaled, "tirx", _kernel(tmp_path, "needs_values", """
+def solve(x, b):
+    y = torch.empty_like(x)
+    if float(x.abs().max()) > 0:  # reads a value: a shape-only trace cannot
+        exe(axpb)(x, b, y)
+    return y
+"""))
+    assert values.status == "passed" and "full scale not covered" in values.message, values.agent_text()

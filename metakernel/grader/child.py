@@ -140,6 +140,11 @@ class Guard:
 
     def _from_candidate(self) -> bool:
         frame = self._caller()
+        # A code object given a file that does not exist (tvm_ffi turns every C++ frame of a TVM error into one,
+        # which calls sys._getframe; frozen modules) is judged by the frame that ran it.
+        while (frame is not None and frame.f_code.co_filename not in EVALUATED
+               and not os.path.exists(frame.f_code.co_filename)):
+            frame = frame.f_back
         if frame is None:
             return False
         name = frame.f_code.co_filename
@@ -324,6 +329,8 @@ class Child:
             info["dsl_import_s"] = _perf() - started
         self.b = Bound(torch, self.device)
         path = self.config["path"]
+        if kind == "candidate" and self.config.get("dry_run"):
+            _warm_meta(torch)
         if kind == "candidate":
             self.guard = Guard(path, self.config["plan"]["work"], self.config["plan"].get("binds", ()))
             sys.addaudithook(self.guard)
@@ -556,6 +563,21 @@ class Child:
         if op == "profile":
             return self.profile(msg, blobs)
         raise _Fail("infra_error", f"unknown request {op!r}")
+
+
+def _warm_meta(torch: Any) -> None:
+    """Run typical ops on meta tensors once before the audit hook goes in (the check's full-scale trace).
+
+    torch imports sympy and mpmath on the first meta op, and mpmath compiles strings at import: after the hook,
+    that would be refused as the candidate's.
+    """
+    x = torch.empty((4, 8), dtype=torch.bfloat16, device="meta")
+    f = x.float()
+    i = torch.zeros(3, dtype=torch.long, device="meta")
+    y = torch.softmax(f @ f.t(), -1).topk(2, dim=-1).values.sum() + torch.rsqrt(f.pow(2).mean(-1, keepdim=True))
+    z = torch.cat([x[i], x[:3]]).to(torch.float8_e4m3fn).view(torch.uint8).reshape(-1)
+    w = torch.where(f > 0, f, -f).scatter_add(0, torch.zeros_like(i)[:, None].expand(3, 8), f[:3])
+    del y, z, w
 
 
 def _contiguous_strides(shape: list[int]) -> list[int]:

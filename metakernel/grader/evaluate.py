@@ -204,6 +204,43 @@ class Evaluation:
         prefix = "" if status in ("rule_violation", "wrong") else "solve raised:\n"
         self.end(status, reason, prefix + error)
 
+    def full_scale_trace(self) -> str:
+        """`solve` once more at the full-scale shapes the GPU runs; a sentence on what it covered.
+
+        Shape-only (meta) tensors, launches intercepted after compiling. The small-scale call can take other
+        compile-time branches (thread counts, vector widths, guards), so without this the GPU's specialisation
+        would first be compiled by a paid submission. Code that needs values (`.item()`, `.tolist()`, a DLPack
+        export of the data) cannot run on meta tensors: that path is reported as not covered, not as the kernel's
+        error.
+        """
+        assert self.worker is not None
+        inputs = self.problem.make_inputs(device="meta", scale="full")
+        reply, _ = self._exchange(inputs, "intercept", 0)
+        if not reply.get("ok"):
+            error = str(reply.get("error", ""))
+            if "meta" in error.lower():
+                last = next((ln.strip() for ln in reversed(error.splitlines()) if ln.strip()), "")
+                return f"full scale not covered (solve needs values a shape-only trace has not: {last[:160]})"
+            status = reply.get("status", "runtime_error")
+            if status in ("rule_violation", "infra_error"):
+                self._fail_reply(reply)
+            self.end(status, "compile" if status == "compile_error" else "full_scale",
+                     f"at the full-scale shapes (the ones the GPU runs; the small-scale call passed), solve "
+                     f"raised:\n{error}")
+        out = self.worker.outputs(reply["out"], reply["_blobs"])
+        try:
+            import torch
+
+            with torch.no_grad():
+                expected = self.problem.reference(*self.problem.make_inputs(device="meta", scale="full"))
+        except Exception:  # noqa: BLE001 - a reference that needs values: the structure is checked at small scale
+            expected = None
+        if expected is not None:
+            mismatch = structure_mismatch_safe(out, expected)
+            if mismatch is not None:
+                self.end("wrong", "structure", f"at the full-scale shapes: wrong output structure: {mismatch}")
+        return f"full scale (the GPU's shapes): {reply.get('launches')} launch(es) compiled and intercepted"
+
     def draw(self) -> list[Any]:
         """Fresh inputs from an unpredictable seed; the seed is kept so a `wrong` can be reproduced."""
         self.last_seed, inputs = seeded_draw(self.problem, self.device, self.scale)
@@ -648,10 +685,11 @@ def dry_run(problem: Problem, dsl: str, kernel: Path, timeout_s: float = 300.0) 
         mismatch = structure_mismatch_safe(out, expected_structure)
         if mismatch is not None:
             ev.end("wrong", "structure", f"wrong output structure: {mismatch}")
+        full = ev.full_scale_trace()
         ev.report.status, ev.report.reason = "passed", "dry_run"
         ev.report.launches_per_call = reply["launches"]
         ev.report.message = (f"dry run ok: imports, compiles, {reply['launches']} {dsl} launch(es) intercepted, "
-                             "output structure right (values not checked: only the GPU proves them)")
+                             f"output structure right; {full} (values not checked: only the GPU proves them)")
     except _Done:
         pass
     finally:

@@ -168,9 +168,15 @@ def export_arena(driver: Driver, buf: Any) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------------------ tensor specs
 def pack_value(value: Any, blobs: list[bytes]) -> Any:
-    """A non-arena value as JSON: CPU tensors by value (a blob), containers recursively, plain scalars as is."""
+    """A non-arena value as JSON.
+
+    CPU tensors by value (a blob), meta tensors by shape and stride, containers recursively, plain scalars as is.
+    """
     import torch
 
+    if type(value) is torch.Tensor and value.is_meta:  # shapes only: the free check's full-scale trace
+        return {"meta": True, "dtype": dtype_name(value.dtype), "shape": list(value.shape),
+                "stride": list(value.stride())}
     if type(value) is torch.Tensor:
         c = value.detach().contiguous()
         raw = c.reshape(-1).view(torch.uint8).numpy().tobytes() if c.numel() else b""
@@ -200,6 +206,8 @@ def unpack_value(spec: Any, blobs: list[bytes], arena: Any = None) -> Any:
         itemsize = torch.empty((), dtype=dtype).element_size()
         return flat[:nbytes - nbytes % itemsize].view(dtype).as_strided(shape, stride) if nbytes else \
             torch.empty(shape, dtype=dtype, device=arena.device)
+    if "meta" in spec:
+        return torch.empty_strided(spec["shape"], spec["stride"], dtype=dtype_of(spec["dtype"]), device="meta")
     if "cpu" in spec:
         dtype = dtype_of(spec["dtype"])
         raw = blobs[int(spec["cpu"])]
