@@ -220,10 +220,19 @@ def _dollars(attempts: int, budget: Budget, prices: Prices | None, offline: bool
     return min(bounds)
 
 
+def duration(seconds: float) -> str:
+    """A wall-clock budget as a person writes it: 5 s, 90 s, 40 min, 2.5 h (not 0.0833333 min)."""
+    if seconds < 120:
+        return f"{seconds:g} s"
+    if seconds < 2 * 3600:
+        return f"{round(seconds / 60, 1):g} min"
+    return f"{round(seconds / 3600, 2):g} h"
+
+
 def render(est: Estimate) -> str:
     """The dry-run table: attempts per model and arm (planned, and left when some are done), GPU-hours, dollars."""
     b = est.budget
-    limits = [f"{b.submissions} submissions", f"{b.wall_s / 60:g} min"]
+    limits = [f"{b.submissions} submissions", duration(b.wall_s)]
     limits += [f"{b.tokens} tokens"] if b.tokens is not None else []
     limits += [f"${b.cost_usd:g}"] if b.cost_usd is not None else []
     limits += [f"{b.turns} turns"] if b.turns is not None else []

@@ -10,6 +10,7 @@ import asyncio
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -88,6 +89,23 @@ def run_cmd(models: tuple[str, ...], direction: str, problems: str, replicates: 
 
         preflight()  # before any model call: a machine that cannot grade must not spend one
     argv = ["metakernel", *sys.argv[1:]]
+    try:
+        summary = _run_with_progress(exp, argv)
+    except KeyboardInterrupt:
+        done = len(exp.done_keys())
+        click.echo(f"interrupted: {done} of {len(exp.order)} attempts finished and kept; the same command "
+                   "resumes", err=True)
+        sys.exit(130)
+    if as_json:
+        click.echo(json.dumps(summary, indent=1))
+    else:
+        click.echo(" ".join(f"{k}={v}" for k, v in summary.items()))
+    if summary["outcome"] != "complete":
+        sys.exit(3)
+
+
+def _run_with_progress(exp: Any, argv: list[str]) -> dict[str, Any]:
+    """The experiment, with a progress bar on a terminal."""
     if sys.stdout.isatty():
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -97,16 +115,9 @@ def run_cmd(models: tuple[str, ...], direction: str, problems: str, replicates: 
             def echo(line: str) -> None:
                 bar.console.print(line, markup=False, highlight=False)
 
-            summary = asyncio.run(exp.run(argv, echo=echo,
-                                          progress=lambda done, total: bar.update(task, completed=done)))
-    else:
-        summary = asyncio.run(exp.run(argv, echo=click.echo))
-    if as_json:
-        click.echo(json.dumps(summary, indent=1))
-    else:
-        click.echo(" ".join(f"{k}={v}" for k, v in summary.items()))
-    if summary["outcome"] != "complete":
-        sys.exit(3)
+            return asyncio.run(exp.run(argv, echo=echo,
+                                       progress=lambda done, total: bar.update(task, completed=done)))
+    return asyncio.run(exp.run(argv, echo=click.echo))
 
 
 @click.command("regrade", context_settings=CONTEXT)

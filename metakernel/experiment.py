@@ -219,16 +219,18 @@ class Experiment:
                     counts["infra_error"] += 1
             finally:
                 events[key].set()
-                if progress is not None:
-                    progress(sum(e.is_set() for e in events.values()), total)
+                if progress is not None:  # attempts that ended, not events set (an interrupt sets them all)
+                    progress(sum(counts.values()), total)
 
         try:
             async with contextlib.AsyncExitStack() as stack:
                 for name, spec in self.specs.items():
                     live = await stack.enter_async_context(model_runtime(spec, serve=cfg.llm_mode != "replay"))
                     clients[name] = open_client(live, cache)
-                echo(f"experiment {cfg.experiment}: {total} attempts planned, executor {self.executor.name}, "
-                     f"llm {cfg.llm_mode}")
+                already = sum(1 for r in store.attempts("done"))
+                resuming = f" ({already} already done: resuming)" if already else ""
+                echo(f"experiment {cfg.experiment}: {total} attempts planned{resuming}, executor "
+                     f"{self.executor.name}, llm {cfg.llm_mode}")
                 await asyncio.gather(*(one(key) for key in self.order))
             left = [r for r in store.attempts() if r["state"] != "done"]
             outcome = "complete" if not left else ("spend_cap" if counts["spend_cap"] else "incomplete")

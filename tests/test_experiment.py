@@ -142,6 +142,7 @@ def test_sigkill_half_way_then_the_same_command_completes(tmp_path):
     assert 5 <= len(finished_before) < 16
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert f"16 attempts planned ({len(finished_before)} already done: resuming)" in result.stdout
     rows = _rows(exp)
     assert len(rows) == 16 and all(r["state"] == "done" for r in rows)
     for r in rows:
@@ -156,6 +157,33 @@ def test_sigkill_half_way_then_the_same_command_completes(tmp_path):
             assert {s["try"] for s in subs} == {r["tries"]}
         runs = store.runs()
     assert [r["outcome"] for r in runs] == [None, "complete"]  # the killed run never closed
+
+
+def test_ctrl_c_says_what_was_kept_and_that_the_same_command_resumes(tmp_path):
+    exp = tmp_path / "interrupted"
+    cmd = [sys.executable, "-m", "metakernel", "run", "--model", "scripted/gold", "--problems", "28,36",
+           "--executor", "stand-in", "--no-docs", "--experiment", str(exp)]
+    env = {**os.environ, "CUTE_DSL_ARCH": "sm_90a"}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    db = exp / "metakernel.sqlite"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        if db.is_file():
+            try:
+                con = sqlite3.connect(db, timeout=1)
+                done = con.execute("SELECT COUNT(*) FROM attempts WHERE state='done'").fetchone()[0]
+                con.close()
+            except sqlite3.OperationalError:
+                done = 0
+            if done >= 2:
+                break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run finished before it could be interrupted"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    kept = sum(r["state"] == "done" for r in _rows(exp))
+    assert proc.returncode == 130, out[-2000:] + err[-2000:]
+    assert f"interrupted: {kept} of 16 attempts finished and kept; the same command resumes" in err, err[-2000:]
 
 
 def test_garbage_costs_turns_not_submissions(tmp_path):

@@ -297,6 +297,14 @@ def test_estimate_by_hand() -> None:
     assert "10 submissions" in text and "500000 tokens" in text
 
 
+@pytest.mark.parametrize("seconds, shown", [(5, "5 s"), (90, "90 s"), (2400, "40 min"), (150, "2.5 min"),
+                                             (9000, "2.5 h")])
+def test_wall_budgets_read_as_people_write_them(seconds: float, shown: str) -> None:
+    from metakernel.budget import duration
+
+    assert duration(seconds) == shown
+
+
 def test_estimate_dollar_bounds() -> None:
     plan = build_plan([M], [1], "both", replicates=1)  # 4 attempts
     no_tokens = estimate(plan, Budget(), {M: PRICE})
