@@ -1,4 +1,4 @@
-"""One attempt: a model, one problem variant, one arm, one replicate, under a budget (DESIGN.md section 5).
+"""One attempt: a model, one problem variant, one arm, one replicate, under a budget (docs/design.md section 5).
 
 The loop is deliberately plain: ask the model, carry out what it asked, tell it what happened and what budget is
 left, until it finishes or a budget ends it. The rules that keep paired arms comparable live here:

@@ -2,7 +2,7 @@
 
 Parity matters more than polish here: every arm, solo or skill-conditioned, gets the same system prompt, the same
 SKILL.md instructions and the same budget lines; a skill arm differs only by the source skill under
-`SKILL_HEADING` (DESIGN.md section 5). Changing any of these strings changes `prompt_hash()`, so two experiments
+`SKILL_HEADING` (docs/design.md section 5). Changing any of these strings changes `prompt_hash()`, so two experiments
 run with different instructions can never be mistaken for one protocol.
 """
 

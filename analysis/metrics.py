@@ -1,4 +1,4 @@
-"""Every metric of DESIGN.md section 7 as a pure function from the attempt table to a small table.
+"""Every metric of docs/design.md section 7 as a pure function from the attempt table to a small table.
 
 Conventions shared by every function, so a report can print tables without second-guessing them:
 

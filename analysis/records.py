@@ -1,6 +1,6 @@
 """The attempt table every analysis reads, its validation, a synthetic generator, and the pair table.
 
-One row per attempt (DESIGN.md sections 5 and 7). The store will emit exactly `COLUMNS`; until it exists,
+One row per attempt (docs/design.md sections 5 and 7). The store will emit exactly `COLUMNS`; until it exists,
 `synthetic_experiment` produces tables with a planted transfer effect so the metrics and the statistics can be
 checked against a known truth. Every generated row carries ``synthetic=True`` so that no report can pass generated
 numbers off as measurements.
@@ -260,7 +260,7 @@ def classify_pair(c_skill: float, c_solo: float, *, skill_passed: bool, solo_pas
 def scored_attempts(df: pd.DataFrame) -> pd.DataFrame:
     """Score each skipped skill attempt as its solo baseline (same model, problem, DSL and replicate).
 
-    DESIGN.md section 5 says a skill arm whose source wrote no skill counts as its solo baseline; the store may or
+    docs/design.md section 5 says a skill arm whose source wrote no skill counts as its solo baseline; the store may or
     may not copy the baseline's outcome into the row, so every per-arm metric goes through here instead of trusting
     it. A skipped row with no baseline keeps its own values.
     """

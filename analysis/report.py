@@ -1,4 +1,4 @@
-"""The report layer's computing half: every DESIGN.md section 7 table, gathered once into a JSON-ready dict.
+"""The report layer's computing half: every docs/design.md section 7 table, gathered once into a JSON-ready dict.
 
 Why a module of its own: `build_report` is the only place that computes anything. The renderers of
 `metakernel.analysis.render` (Markdown, HTML, JSON) and the PNG plots of `metakernel.analysis.plots` only format the

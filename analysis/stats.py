@@ -1,6 +1,6 @@
 """Uncertainty layer: confidence intervals, p-values and multiplicity correction over per-problem values.
 
-The problem is the unit of analysis (DESIGN.md section 7): callers average log ratios over the replicates of a
+The problem is the unit of analysis (docs/design.md section 7): callers average log ratios over the replicates of a
 problem first and hand this module one value per problem. Everything here is a pure function of those values and a
 fixed seed, so a report recomputed from an export gives the same numbers as one computed from the database.
 

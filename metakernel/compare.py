@@ -1,10 +1,11 @@
 """The comparator: decides whether a candidate's outputs match, and says where they first do not.
 
-Rules (DESIGN.md 4.3): the anchor is `reference` on float64-upcast inputs; ref_err = max|reference(native) − anchor|;
-a float output passes iff max|out − anchor| ≤ 3·max(ref_err, eps(dtype)·max|anchor|), NaN/Inf failing where the
-anchor is finite. Integers and bools are exact. `topk` compares index sets through the anchor scores they select
-(ties may break either way), `topk_values` aligns values by those scores, and `quantized` compares dequantized
-values allowing one unit in the last place of the storage format plus the scale's error.
+Rules (docs/design.md 4.3): the anchor is `reference` on float64-upcast inputs;
+ref_err = max|reference(native) − anchor|; a float output passes iff
+max|out − anchor| ≤ 3·max(ref_err, eps(dtype)·max|anchor|), NaN/Inf failing where the anchor is finite.
+Integers and bools are exact. `topk` compares index sets through the anchor scores they select (ties may break
+either way), `topk_values` aligns values by those scores, and `quantized` compares dequantized values allowing
+one unit in the last place of the storage format plus the scale's error.
 """
 
 from __future__ import annotations

@@ -258,7 +258,7 @@ __all__ = ["IDENTITY_KEYS", "Experiment", "RunConfig"]
 
 async def regrade(experiment: Path, executor_name: str, addresses: list[str] | None = None,
                   echo: Callable[[str], None] = print) -> list[dict[str, Any]]:
-    """Re-grade the final kernels of finished attempts without calling any model (DESIGN.md section 6).
+    """Re-grade the final kernels of finished attempts without calling any model (docs/design.md section 6).
 
     The new reports are stored beside the old (`regrades/rNN.json`), never in place of them: an attempt's grade is
     the one it got when it ran; a regrade is for checking a result, or re-measuring on another GPU or grader.

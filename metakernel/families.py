@@ -9,7 +9,7 @@ from metakernel.errors import UserError
 from metakernel.paths import families_dir
 from metakernel.yamlio import load_yaml
 
-#: The six families in numbering order with their sizes (DESIGN.md section 2): problems 01-74 run through them.
+#: The six families in numbering order with their sizes (docs/design.md section 2): problems 01-74 run through them.
 FAMILY_SIZES: dict[str, int] = {
     "attention": 18,
     "kv_cache": 8,

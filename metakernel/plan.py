@@ -1,6 +1,6 @@
 """The experiment plan: models × problems × replicates × arms as a DAG, and the order its attempts start in.
 
-An attempt is named by an `AttemptKey`; within one model its address is ``p<NN>_r<k>_<arm>`` (DESIGN.md section 5),
+An attempt is named by an `AttemptKey`; within one model its address is ``p<NN>_r<k>_<arm>`` (docs/design.md section 5),
 the same string the experiment directory and `--trials` use. The plan is a networkx DAG whose only edges run from a
 source solo attempt to the skill attempt that reads its SKILL.md, so the scheduler can start anything whose
 predecessors are finished. What the attempts may spend (budgets, the dry-run cost bound, the spend cap) lives in

@@ -1,4 +1,4 @@
-"""The experiment store: one SQLite database (WAL) plus plain files a person can open (DESIGN.md section 6).
+"""The experiment store: one SQLite database (WAL) plus plain files a person can open (docs/design.md section 6).
 
 Why both: the database answers "what is finished, what did it cost" transactionally, so a crashed run resumes
 without losing or duplicating an attempt; the files (kernel versions, SKILL.md, transcript, grader reports) are what

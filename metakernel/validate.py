@@ -1,4 +1,4 @@
-"""`metakernel problems validate`: proves each problem's reference is sane (DESIGN.md section 2).
+"""`metakernel problems validate`: proves each problem's reference is sane (docs/design.md section 2).
 
 Checks, per problem: the file meets the contract; the reference runs on fresh seeds with finite outputs; it is
 deterministic under a fixed seed; MUTATES is exactly what changes; the native reference stays within a per-dtype

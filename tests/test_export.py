@@ -226,7 +226,7 @@ def test_bundle_contents(experiment, tmp_path):
 
 
 def test_reports_from_store_and_bundle_are_identical(experiment, tmp_path):
-    """Invariant (DESIGN.md section 7): identical numbers from the database and from an export."""
+    """Invariant (docs/design.md section 7): identical numbers from the database and from an export."""
     out = export_bundle(experiment, tmp_path / "bundle")
     with Store(experiment) as store:
         reference = render_json(build_report(attempt_table(store), n_resamples=200))

@@ -107,3 +107,32 @@ def test_read_only_binds_under_tmp_are_not_writable_code(tmp_path):
     assert not guard.writable("/tmp/ci-clone/.venv/lib/python3.11/site-packages/torch/__init__.py")
     assert guard.writable("/tmp/ci-clone/payload.py") and guard.writable(str(tmp_path / "work" / "x.py"))
     assert not guard.writable("/usr/lib/python3/dist-packages/x.py")
+
+
+def test_outputs_must_come_back_where_the_grader_reads_them():
+    """The child is the candidate's process: on the GPU a reply whose outputs are by value or shape-only is a
+    rule violation (not a comparison of meta tensors that would end as our error); shape-only outputs are the
+    free check's alone."""
+    import pytest
+
+    from metakernel.grader import transport
+    from metakernel.grader.worker import Worker, WorkerFailure
+
+    at = {"at": 0, "dtype": "float32", "shape": [2], "stride": [1], "nbytes": 8}
+    meta = {"meta": True, "dtype": "float32", "shape": [2], "stride": [1]}
+    cpu = {"cpu": 0, "dtype": "float32", "shape": [2]}
+    assert transport.leaf_kinds({"seq": "tuple", "items": [at, {"v": None}]}) == {"at", "v"}
+    assert transport.leaf_kinds({"seq": "list", "items": [at, meta]}) == {"at", "meta"}
+    assert transport.leaf_kinds({"at": 0, "cpu": 1}) == {"?"} and transport.leaf_kinds([at]) == {"?"}
+    worker = object.__new__(Worker)
+    worker.device, worker.dry_run, worker.arena_out = "cuda", False, None
+    for spec in (meta, cpu, {"seq": "tuple", "items": [meta]}):
+        with pytest.raises(WorkerFailure) as caught:
+            worker.outputs(spec, [b"\0" * 8])
+        assert (caught.value.status, caught.value.reason) == ("rule_violation", "output_type")
+    worker.device, worker.dry_run = "cpu", True
+    assert worker.outputs(meta, []).is_meta
+    worker.dry_run = False
+    with pytest.raises(WorkerFailure):
+        worker.outputs(meta, [])
+    assert worker.outputs(cpu, [torch.ones(2).numpy().tobytes()]).tolist() == [1.0, 1.0]

@@ -1,4 +1,4 @@
-"""One protocol every kernel DSL adapter implements (DESIGN.md section 4, last bullets).
+"""One protocol every kernel DSL adapter implements (docs/design.md section 4, last bullets).
 
 The grader never branches on the DSL: it asks the adapter to import the DSL, to route every kernel launch
 through a `LaunchGate` (count / suppress / intercept), to run the dry-run check, to clean error text and to give

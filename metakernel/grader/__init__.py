@@ -1,1 +1,1 @@
-"""The grader (DESIGN.md section 4): static rules, isolated evaluation, correctness, enforcement, timing."""
+"""The grader (docs/design.md section 4): static rules, isolated evaluation, correctness, enforcement, timing."""

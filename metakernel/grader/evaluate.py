@@ -1,4 +1,4 @@
-"""Grading one kernel file for one variant (DESIGN.md section 4), and the dry-run check.
+"""Grading one kernel file for one variant (docs/design.md section 4), and the dry-run check.
 
 The parent draws inputs and computes the reference and the float64 anchor; the candidate runs in a sandboxed
 `Worker` child. Order: static rules → start child (sandbox, DSL, kernel) → ≥ 5 correctness draws → ablations
@@ -642,7 +642,7 @@ def grade(problem: Problem, dsl: str, kernel: Path, device: str = "cuda", option
     except _Done:
         pass
     except WorkerFailure as exc:
-        ev.report.status, ev.report.reason, ev.report.message = exc.status, "worker", exc.text
+        ev.report.status, ev.report.reason, ev.report.message = exc.status, exc.reason or "worker", exc.text
     except Exception as exc:  # noqa: BLE001 - a bug of ours: infra_error (never charged), not a crashed experiment
         ev.report.status, ev.report.reason = "infra_error", "harness"
         ev.report.message = "the grader failed (not the kernel's fault):\n" + "".join(

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 SCHEMA = "metakernel.grade/2"
-#: The grading protocol (DESIGN.md sections 3-4): 2 = sandboxed child, every call checked at random after it
+#: The grading protocol (docs/design.md sections 3-4): 2 = sandboxed child, every call checked at random after it
 #: returned, dependency ablation, the DSL's kernels at least 50 % of GPU time, foreign kernels refused.
 PROTOCOL = 2
 STATUSES = ("passed", "wrong", "compile_error", "runtime_error", "timeout", "rule_violation", "infra_error")

@@ -1,4 +1,4 @@
-"""Operating-system isolation of the candidate's process (DESIGN.md section 4.2).
+"""Operating-system isolation of the candidate's process (docs/design.md section 4.2).
 
 The candidate is an adversary that reads our source, so the walls are the kernel's, not Python's:
 

@@ -1,4 +1,4 @@
-"""Static rules on a submitted kernel, checked before any of it runs (DESIGN.md sections 3 and 4.1).
+"""Static rules on a submitted kernel, checked before any of it runs (docs/design.md sections 3 and 4.1).
 
 The candidate reads this file, so the rules are allowlists wherever a kernel's needs are small enough to list
 (imports, builtins, class bases, cuda driver names) and judge attributes by name elsewhere, whatever the chain that

@@ -1,4 +1,4 @@
-"""The timing procedure shared by candidates and baselines (DESIGN.md 4.5).
+"""The timing procedure shared by candidates and baselines (docs/design.md 4.5).
 
 Warm-up calls, then per timed draw: fresh inputs → device sync → start event → solve → full device synchronize →
 end event (the child does the bracket with timers captured before the candidate was imported). The median is over

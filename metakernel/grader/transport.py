@@ -191,6 +191,16 @@ def pack_value(value: Any, blobs: list[bytes]) -> Any:
     raise TypeError(f"cannot transfer a {type(value).__name__}")
 
 
+def leaf_kinds(spec: Any) -> set[str]:
+    """The kinds of leaf a spec tree holds ("at", "cpu", "meta", "v"); "?" for anything else."""
+    if isinstance(spec, dict) and "seq" in spec and isinstance(spec.get("items"), list):
+        return set().union(*(leaf_kinds(s) for s in spec["items"])) if spec["items"] else set()
+    if isinstance(spec, dict):
+        kinds = {k for k in ("at", "cpu", "meta", "v") if k in spec}
+        return kinds if len(kinds) == 1 else {"?"}
+    return {"?"}
+
+
 def unpack_value(spec: Any, blobs: list[bytes], arena: Any = None) -> Any:
     """Inverse of `pack_value`, plus arena tensors (`{"at": offset, ...}` views of `arena`)."""
     import torch

@@ -231,7 +231,17 @@ class Worker:
         return reply, views
 
     def outputs(self, spec: dict[str, Any], blobs: list[bytes]) -> Any:
-        """The returned structure of one call, its tensors as views of the output arena (GPU) or values (CPU)."""
+        """The returned structure of one call, its tensors as views of the output arena (GPU) or values (CPU).
+
+        The reply is the candidate's process's: on the GPU every tensor must be in the output arena (a spec by
+        value or a shape-only one would sidestep "outputs on the GPU" or turn the comparison into our error), and
+        shape-only tensors only come back from the free check's full-scale trace.
+        """
+        allowed = {"at", "v"} if self.device == "cuda" else {"cpu", "v"} | ({"meta"} if self.dry_run else set())
+        unexpected = transport.leaf_kinds(spec) - allowed
+        if unexpected:
+            raise WorkerFailure("rule_violation", "the reply put outputs where the grader does not read them "
+                                f"({', '.join(sorted(unexpected))}): outputs must be plain GPU tensors", "output_type")
         return transport.unpack_value(spec, blobs, self.arena_out)
 
     # ------------------------------------------------------------------------------------------ ending
