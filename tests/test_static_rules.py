@@ -608,3 +608,53 @@ def test_deep_expressions_do_not_crash_the_checker() -> None:
     assert check_source(CLEAN["cute"] + "y = " + "+".join(["1"] * 500) + "\n", "cute").ok
     assert check_source(CLEAN["cute"] + "y = " + "+".join(["1"] * 50000) + "\n", "cute").status == "compile_error"
     assert check_source(CLEAN["cute"] + "y = " + "(" * 300 + ")" * 300 + "\n", "cute").status == "compile_error"
+
+
+def test_no_forbidden_module_is_reachable_through_allowed_names():
+    """Walks every public attribute name the static rules let through, from every module a kernel may import, and
+    fails on a module the sandbox forbids or a ctypes class at the end of one (a red-teamer reached builtins as
+    enum.bltns, importlib.metadata through tvm, and ctypes classes through torch.xpu)."""
+    import importlib
+    import types
+
+    from metakernel.grader.static import ALLOWED_IMPORTS, attribute_reason
+
+    forbidden = {"builtins", "sys", "os", "posix", "ctypes", "_ctypes", "importlib", "subprocess", "gc", "inspect",
+                 "socket", "io", "shutil", "pathlib", "metakernel", "pickle", "marshal", "runpy", "pty", "mmap"}
+    roots = {}
+    for name in {n.rstrip(".*") for names in ALLOWED_IMPORTS.values() for n in names} - {"__future__"}:
+        try:
+            roots[name] = importlib.import_module(name)
+        except ImportError:
+            continue
+    seen: set[int] = set()
+    found: list[str] = []
+    queue = [(name, module, 0) for name, module in sorted(roots.items())]
+    while queue:
+        path, obj, depth = queue.pop(0)
+        if id(obj) in seen or depth > 5:
+            continue
+        seen.add(id(obj))
+        try:
+            names = list(vars(obj))
+        except TypeError:
+            continue
+        for attr in names:
+            if attr.startswith("_") or attribute_reason(attr):
+                continue
+            try:
+                value = getattr(obj, attr)
+            except Exception:  # noqa: BLE001 - lazy attributes that fail to load are not reachable either
+                continue
+            where = f"{path}.{attr}"
+            if isinstance(value, types.ModuleType):
+                if value.__name__.split(".")[0] in forbidden:
+                    found.append(f"{where} is the module {value.__name__}")
+                    continue
+                queue.append((where, value, depth + 1))
+            elif isinstance(value, type):
+                if value.__module__.split(".")[0] in ("ctypes", "_ctypes"):
+                    found.append(f"{where} is the ctypes class {value.__name__}")
+                    continue
+                queue.append((where, value, depth + 1))
+    assert not found, "\n".join(found[:30])

@@ -32,6 +32,7 @@ from typing import Any
 
 from metakernel.grader import transport
 from metakernel.grader.sandbox import Isolation, Plan, SandboxError, enter
+from metakernel.grader.static import DSL_ONLY_ATTRIBUTES, attribute_reason
 
 _perf = time.perf_counter  # a builtin: bound before any candidate code exists
 _THIS_FILE = __file__
@@ -245,6 +246,13 @@ def _type_expression(source: str | bytes) -> bool:
             return False
         if isinstance(node, ast.Attribute) and node.attr.startswith("_"):
             return False
+        # the static rules' attribute list (torch.sys.modules['ctypes'] names a module, not a type), and no string
+        # keys: a type is indexed by types and numbers
+        if isinstance(node, ast.Attribute) and node.attr not in DSL_ONLY_ATTRIBUTES and attribute_reason(node.attr):
+            return False
+        if isinstance(node, ast.Subscript) and any(isinstance(c, ast.Constant) and isinstance(c.value, str)
+                                                   for c in ast.walk(node.slice)):
+            return False
         if isinstance(node, ast.Name) and node.id.startswith("__"):
             return False
         if isinstance(node, ast.BinOp) and not isinstance(node.op, ast.BitOr):
@@ -383,15 +391,19 @@ class Child:
                         "create processes, open sockets, inspect frames or the garbage collector, load "
                         "libraries or write files)", "sandbox")
 
-    def _bracket(self, inputs: list[Any]) -> tuple[Any, float]:
-        """The timed window: sync, clock, solve, device-wide sync, clock (garbage collection off throughout)."""
+    def _bracket(self, inputs: list[Any], _clock: Any = _perf) -> tuple[Any, float]:
+        """The timed window: sync, clock, solve, device-wide sync, clock (garbage collection off throughout).
+
+        The clock is a default argument, bound when this file was imported: rebinding the module's `_perf` (a
+        red-teamer did, through a module re-exporting builtins) does not reach it.
+        """
         b = self.b
         b.sync()
-        t0 = _perf()
+        t0 = _clock()
         with b.no_grad():
             out = self.solve(*inputs)
         b.sync()
-        return out, _perf() - t0
+        return out, _clock() - t0
 
     def _set_mode(self, mode: str) -> None:
         if self.gate is not None:
@@ -612,13 +624,13 @@ def _pin_near_gpu(torch: Any) -> None:
         os.sched_setaffinity(0, usable[-2:])
 
 
-def host_probe(iterations: int = 1000) -> float:
+def host_probe(iterations: int = 1000, _clock: Any = _perf) -> float:
     """Seconds this interpreter takes for a fixed loop now: the host's CPU speed just before a timed call."""
-    started = _perf()
+    started = _clock()
     total = 0
     for i in range(iterations):
         total += i
-    return _perf() - started
+    return _clock() - started
 
 
 def _import_file(path: str, name: str) -> Any:

@@ -47,6 +47,10 @@ MODULE_ATTRIBUTES: dict[str, str] = {
     **dict.fromkeys((
         "f_globals f_locals f_back f_builtins f_code f_lasti f_trace tb_frame tb_next gi_frame gi_code cr_frame "
         "cr_code ag_frame ag_code co_code co_consts co_names cell_contents settrace setprofile").split(), _FRAME),
+    # modules and ctypes classes other packages re-export under other names (found by a red-teamer; the
+    # reachability test in tests/test_static_rules.py walks every allowed root for more)
+    **dict.fromkeys(("bltns", "im", "metadata", "c_void_p", "c_uint32", "c_double", "c_char_p", "c_int", "c_int64",
+                     "c_uint64", "c_size_t", "c_float", "CDLL", "PyDLL", "cdll", "pydll", "pythonapi"), _STDLIB),
     "select": f"{_STDLIB} (for a tensor, index it: x[:, i])",
     "torch": "torch reached through another module: `import torch`; for a stream, make_fake_stream("
              "use_tvm_ffi_env_stream=True) or cuda.bindings.driver.CUstream(torch.cuda.current_stream().cuda_stream)",
@@ -130,6 +134,8 @@ BUILTIN_REASONS: dict[str, str] = {
     **dict.fromkeys(("getattr", "hasattr"), "only getattr(obj, 'constant_name') is allowed"),
     "type": "only type(x) with one argument (or use isinstance)", "super": "only super() without arguments",
 }
+#: Forbidden builtins that are also refused as attribute names (compile, type and super are DSL / object API).
+_BUILTIN_ATTRIBUTES = frozenset(BUILTIN_REASONS) - {"compile", "type", "super", "input", "help", "dir"}
 _METHOD_DUNDERS = frozenset({"__init__", "__post_init__", "__call__", "__repr__"})
 _NAME_DUNDERS = frozenset({"__name__", "__file__"})
 _TEXT_DUNDERS = frozenset({"__main__", "__name__", "__file__", "__init__"})
@@ -398,6 +404,8 @@ class _Checker:
             self.flag(node, reason, f"forbidden attribute .{name}")
 
     def _attribute_reason(self, name: str, origin: _Origin, on_self: bool) -> str | None:
+        if name in _BUILTIN_ATTRIBUTES:  # the builtins module reached under another name (enum.bltns.getattr)
+            return f"{name}: {BUILTIN_REASONS[name]}"
         if _DUNDER.fullmatch(name):
             return "dunder attributes reach interpreter internals (only super().__init__)"
         if name.startswith("_"):
@@ -542,3 +550,14 @@ def _dedupe(found: list[Violation]) -> list[Violation]:
             seen.add((v.line, v.detail))
             out.append(v)
     return out
+
+
+def attribute_reason(name: str) -> str | None:
+    """Why an attribute of that name is refused wherever it is read (None: allowed on an object of your own).
+
+    The audit hook applies it to strings compiled at run time (type expressions) and a test applies it to every
+    public name reachable from the allowed imports.
+    """
+    checker = _Checker.__new__(_Checker)
+    checker.own_private = set()
+    return checker._attribute_reason(name, _Origin("local"), False)
