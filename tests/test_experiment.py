@@ -114,15 +114,10 @@ def test_replay_reproduces_with_zero_model_calls(recorded, tmp_path):
     assert sorted(map(key, _rows(again))) == sorted(map(key, _rows(exp)))
 
 
-def test_sigkill_half_way_then_the_same_command_completes(tmp_path):
-    exp = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "metakernel", "run", "--model", "scripted/gold", "--problems", "28,36",
-           "--executor", "stand-in", "--no-docs", "--concurrency", "2", "--experiment", str(exp)]
-    env = {**os.environ, "CUTE_DSL_ARCH": "sm_90a"}
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+def _wait_until_done(exp, proc, count: int, timeout_s: float = 240) -> None:
+    """Poll the experiment's store until `count` attempts are done (or the run ended, or time ran out)."""
     db = exp / "metakernel.sqlite"
-    deadline = time.monotonic() + 240
-    done = 0
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and proc.poll() is None:
         if db.is_file():
             try:
@@ -130,10 +125,19 @@ def test_sigkill_half_way_then_the_same_command_completes(tmp_path):
                 done = con.execute("SELECT COUNT(*) FROM attempts WHERE state='done'").fetchone()[0]
                 con.close()
             except sqlite3.OperationalError:
-                pass
-            if done >= 5:
-                break
+                done = 0
+            if done >= count:
+                return
         time.sleep(0.05)
+
+
+def test_sigkill_half_way_then_the_same_command_completes(tmp_path):
+    exp = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "metakernel", "run", "--model", "scripted/gold", "--problems", "28,36",
+           "--executor", "stand-in", "--no-docs", "--concurrency", "2", "--experiment", str(exp)]
+    env = {**os.environ, "CUTE_DSL_ARCH": "sm_90a"}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    _wait_until_done(exp, proc, 5)
     assert proc.poll() is None, "the run finished before it could be killed: " + proc.stdout.read().decode()[-2000:]
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -165,19 +169,7 @@ def test_ctrl_c_says_what_was_kept_and_that_the_same_command_resumes(tmp_path):
            "--executor", "stand-in", "--no-docs", "--experiment", str(exp)]
     env = {**os.environ, "CUTE_DSL_ARCH": "sm_90a"}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    db = exp / "metakernel.sqlite"
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and proc.poll() is None:
-        if db.is_file():
-            try:
-                con = sqlite3.connect(db, timeout=1)
-                done = con.execute("SELECT COUNT(*) FROM attempts WHERE state='done'").fetchone()[0]
-                con.close()
-            except sqlite3.OperationalError:
-                done = 0
-            if done >= 2:
-                break
-        time.sleep(0.05)
+    _wait_until_done(exp, proc, 2)
     assert proc.poll() is None, "the run finished before it could be interrupted"
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
