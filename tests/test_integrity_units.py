@@ -137,3 +137,19 @@ def test_outputs_must_come_back_where_the_grader_reads_them():
     with pytest.raises(WorkerFailure):
         worker.outputs(meta, [])
     assert worker.outputs(cpu, [torch.ones(2).numpy().tobytes()]).tolist() == [1.0, 1.0]
+
+
+def test_the_candidate_may_not_open_the_process_s_own_symbols():
+    """ctypes.CDLL(None) hands out libc's system() and libpython's C API with no audit event after it (a
+    red-teamer ran a shell that way); a DSL's own code may still do it."""
+    import pytest
+
+    from metakernel.grader.child import Guard
+
+    guard = Guard(__file__, "/tmp", ())  # this test file stands in for the kernel: its frames are the candidate's
+    guard.armed = True
+    with pytest.raises(PermissionError, match="own symbols"):
+        guard("ctypes.dlopen", (None, 0))
+    assert guard.violations
+    guard.candidate = "/nonexistent/kernel.py"  # the same call from someone else's code is let through
+    guard("ctypes.dlopen", (None, 0))

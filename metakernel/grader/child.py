@@ -193,7 +193,9 @@ class Guard:
                     self.refuse(f"writing {real}")
             return
         if event == "ctypes.dlopen":
-            name = args[0]
+            name = args[0] if args else None
+            if name is None and self._from_candidate():  # CDLL(None): libc and libpython's C API, unaudited
+                self.refuse("loading the process's own symbols (ctypes.CDLL(None))")
             if isinstance(name, (str, bytes)) and os.sep in os.fsdecode(name):
                 real = os.path.realpath(os.fsdecode(name))
                 if self.writable(real):
