@@ -193,11 +193,11 @@ class Guard:
                     self.refuse(f"writing {real}")
             return
         if event == "ctypes.dlopen":
-            name = args[0] if args else None
-            if name is None and self._from_candidate():  # CDLL(None): libc and libpython's C API, unaudited
+            lib = args[0] if args else None
+            if lib is None and self._from_candidate():  # CDLL(None): libc and libpython's C API, unaudited
                 self.refuse("loading the process's own symbols (ctypes.CDLL(None))")
-            if isinstance(name, (str, bytes)) and os.sep in os.fsdecode(name):
-                real = os.path.realpath(os.fsdecode(name))
+            if isinstance(lib, (str, bytes)) and os.sep in os.fsdecode(lib):
+                real = os.path.realpath(os.fsdecode(lib))
                 if self.writable(real):
                     self.refuse(f"loading the library {real}")
             return
