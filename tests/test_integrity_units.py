@@ -142,11 +142,15 @@ def test_outputs_must_come_back_where_the_grader_reads_them():
 def test_the_candidate_may_not_open_the_process_s_own_symbols():
     """ctypes.CDLL(None) hands out libc's system() and libpython's C API with no audit event after it (a
     red-teamer ran a shell that way); a DSL's own code may still do it."""
+    from pathlib import Path
+
     import pytest
 
     from metakernel.grader.child import Guard
 
-    guard = Guard(__file__, "/tmp", ())  # this test file stands in for the kernel: its frames are the candidate's
+    # this test file stands in for the kernel (its frames are the candidate's); the checkout is a read-only bind, as
+    # in the sandbox, so a clone under /tmp is not taken for code the child wrote
+    guard = Guard(__file__, "/nonexistent-work", (str(Path(__file__).resolve().parents[1]),))
     guard.armed = True
     with pytest.raises(PermissionError, match="own symbols"):
         guard("ctypes.dlopen", (None, 0))
