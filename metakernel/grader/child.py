@@ -457,8 +457,7 @@ class Child:
             # padded by a little), whatever their dtype, can hold one: others (caches, weights) stay here
 
             def wanted(t: Any) -> bool:
-                nbytes = t.numel() * t.element_size()
-                return any(n <= nbytes <= n + max(256, n // 100) for n in sizes)
+                return any(n <= t.nbytes <= n + max(256, n // 100) for n in sizes)
 
             reply["audited"] = [[transport.pack_value(t.cpu(), out_blobs) for t in launch if wanted(t)]
                                 for launch in self.gate.audited]

@@ -70,8 +70,8 @@ def _holds_block(arg: torch.Tensor, ref: torch.Tensor) -> bool:
 
     (An answer padded, or reinterpreted as another dtype.)
     """
-    n = ref.numel() * ref.element_size()
-    if arg.numel() * arg.element_size() < n or ref.numel() < MIN_ELEMENTS:
+    n = ref.nbytes
+    if arg.nbytes < n or ref.numel() < MIN_ELEMENTS:
         return False
     flat, want = _bytes(arg), _bytes(ref.to(arg.device))
     return bool(torch.equal(flat[:n], want) or torch.equal(flat[-n:], want))
@@ -89,10 +89,10 @@ def token_pair(args: list[torch.Tensor], inputs: list[Any], expected: Expected,
         if name in mutates:
             continue
         ref = expected.reference[name]
-        nbytes = ref.numel() * ref.element_size()
+        nbytes = ref.nbytes
         if ref.numel() < MIN_ELEMENTS or bool((ref == 0).all()):
             continue
-        sized = [_bytes(a)[:nbytes] for a in candidates if a.numel() * a.element_size() >= nbytes]
+        sized = [_bytes(a)[:nbytes] for a in candidates if a.nbytes >= nbytes]
         for i in range(len(sized)):
             for j in range(i + 1, len(sized)):
                 decoded = torch.bitwise_xor(sized[i], sized[j]).view(ref.dtype).reshape(ref.shape)
