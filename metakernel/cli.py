@@ -120,8 +120,12 @@ def problems_show(number: int, as_json: bool) -> None:
 @click.option("--resume", is_flag=True, help="Keep --report's entries whose problem file is unchanged.")
 @click.option("--time-budget", type=float, default=None,
               help="Stop starting new problems after this many seconds (exit 3: resume later).")
+@click.option("--untimed", is_flag=True,
+              help="With --gold --device cuda: correctness, ablations, audit and DSL share only (no timing, no "
+                   "baselines): the kernel writer's loop, seconds per file.")
 def problems_validate(selection: tuple[str, ...], device: str, scale: str | None, as_json: bool,
-                      report_path: Path | None, gold: bool, resume: bool, time_budget: float | None) -> None:
+                      report_path: Path | None, gold: bool, resume: bool, time_budget: float | None,
+                      untimed: bool) -> None:
     """Prove problems sane (contract, seeds, determinism, precision, rejections, alt_reference, size, time).
 
     Checks: the file contract; fresh seeds; determinism; precision vs the float64 anchor; the rule rejects
@@ -138,11 +142,13 @@ def problems_validate(selection: tuple[str, ...], device: str, scale: str | None
 
     if resume and report_path is None:
         raise UserError("--resume needs --report FILE")
+    if untimed and not (gold and device == "cuda"):
+        raise UserError("--untimed grades solutions on the GPU: use it with --gold --device cuda")
     if gold:
         from metakernel.validate_run import run_gold_validation
 
         sys.exit(run_gold_validation(",".join(selection), device=device, as_json=as_json, report_path=report_path,
-                                     resume=resume, time_budget=time_budget))
+                                     resume=resume, time_budget=time_budget, timed=not untimed))
     code = run_validation(",".join(selection), device=device, scale=scale, as_json=as_json,
                           report_path=report_path, resume=resume, time_budget=time_budget)
     sys.exit(code)
@@ -158,10 +164,12 @@ def problems_validate(selection: tuple[str, ...], device: str, scale: str | None
 @click.option("--draws", type=int, default=5, show_default=True, help="Correctness draws (at least 5).")
 @click.option("--flush-l2", is_flag=True, help="Flush the L2 cache before every timed call.")
 @click.option("--no-baselines", is_flag=True, help="Skip the eager baseline (no speedup).")
+@click.option("--no-timing", is_flag=True,
+              help="Correctness, ablations, audit and DSL share only (no timing, no baselines): a quick check.")
 @click.option("--compile-baseline", is_flag=True, help="Also time torch.compile of the reference.")
 @click.option("--json", "as_json", is_flag=True, help="Print the full versioned report as JSON.")
 def eval_cmd(number: int, kernel: Path, dsl: str, device: str, dry_run: bool, draws: int, flush_l2: bool,
-             no_baselines: bool, compile_baseline: bool, as_json: bool) -> None:
+             no_baselines: bool, no_timing: bool, compile_baseline: bool, as_json: bool) -> None:
     """Grade one kernel file for problem NUMBER's DSL variant and print the report.
 
     \b
@@ -186,7 +194,7 @@ def eval_cmd(number: int, kernel: Path, dsl: str, device: str, dry_run: bool, dr
         if device == "cuda" and not torch.cuda.is_available():
             raise UserError("--device cuda but torch sees no CUDA device (use --dry-run on a CPU machine)")
         options = GradeOptions(draws=draws, flush_l2=flush_l2, baselines=not no_baselines,
-                               compile_baseline=compile_baseline)
+                               compile_baseline=compile_baseline, timed=not no_timing)
         report = grade(problem, dsl, kernel, device=device, options=options)
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=1, default=str))

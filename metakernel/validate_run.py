@@ -157,8 +157,12 @@ GOLD_SCHEMA = "metakernel.validation.gold/1"
 
 
 def run_gold_validation(selection: str, *, device: str, as_json: bool, report_path: Path | None,
-                        resume: bool = False, time_budget: float | None = None) -> int:
-    """Grade every gold and wrong solution (GPU), or dry-run them (CPU); 0 when every expectation holds."""
+                        resume: bool = False, time_budget: float | None = None, timed: bool = True) -> int:
+    """Grade every gold and wrong solution (GPU), or dry-run them (CPU); 0 when every expectation holds.
+
+    `timed=False` is the development loop: correctness, ablations, audit and DSL share without the timing phase
+    and baselines. Its entries say `"timed": false`; a timed run re-grades them (an untimed run keeps timed ones).
+    """
     import torch
 
     from metakernel import gold
@@ -184,12 +188,13 @@ def run_gold_validation(selection: str, *, device: str, as_json: bool, report_pa
     started = time.monotonic()
     left = 0
     # The protocol's timing, with the wall-clock caps that keep a validation shard inside one device command.
-    options = GradeOptions(call_timeout_s=45.0, timing_cap_s=20.0)
+    options = GradeOptions(call_timeout_s=45.0, timing_cap_s=20.0, timed=timed)
 
     def todo(sol: gold.Solution) -> bool:
         previous = data["solutions"].get(sol.key)
         return not (previous and previous.get("sha256") == sol.sha256 and previous.get("protocol") == PROTOCOL and
-                    previous.get("problem", {}).get("content_hash") == catalog.problem(sol.number).content_hash)
+                    previous.get("problem", {}).get("content_hash") == catalog.problem(sol.number).content_hash
+                    and (previous.get("timed", True) or not timed))
 
     pending = [s for s in solutions if todo(s)]
     prefetched: PendingWorker | None = None
@@ -220,6 +225,8 @@ def run_gold_validation(selection: str, *, device: str, as_json: bool, report_pa
                 record["ok"] = report.status in ("passed", sol.expected_status)
                 record["note"] = "needs the GPU to show its expected reason"
         record["graded_at"] = data["runs"][-1]["revision"].get("commit")  # a resumed report spans commits
+        if device == "cuda":
+            record["timed"] = timed
         data["solutions"][sol.key] = record
         if report_path:
             _summarise_gold(data)

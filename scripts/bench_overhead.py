@@ -12,8 +12,11 @@ where plain median is the mean of A and B and |A - B| is the plain bracket's own
 with fresh baselines, so its eager median is measured beside its plain twin too.
 
     METAKERNEL_REVISION=<commit> python3 scripts/bench_overhead.py [--only 28,36] [--out FILE] [--budget S]
-        [--draws 300] [--device cuda]
-    python3 scripts/bench_overhead.py --plain PROBLEM (eager|KERNEL_FILE) [--draws N] [--device D]   (one plain run)
+        [--draws 300] [--device cuda] [--study]
+    python3 scripts/bench_overhead.py --plain PROBLEM (eager|KERNEL_FILE) [--draws N] [--device D]
+        [--layers gate,guard,spin,pin --dsl DSL]   (one plain run, with pieces of the grader's child added)
+
+`--study` adds, per kernel, plain runs with the grader's pieces added one by one (STUDY), to locate added time.
 
 Resumable: finished kernels in the output file are kept; the file is rewritten after each one (and copied under
 $OUT when set). The gold kernels need the GPU; on a CPU machine only `--plain N eager --device cpu` runs (CI).
@@ -40,13 +43,65 @@ WARMUP = 5
 PLAIN_CAP_S = 20.0
 
 
-def plain_bracket(number: int, target: str, draws: int, device: str) -> dict[str, Any]:
-    """The grader's bracket with nothing of the grader around it: median over fresh draws (one process)."""
+#: The grader's pieces a plain process can add one by one (`--layers`), to find where added time goes.
+LAYERS = ("gate", "guard", "spin", "pin")
+#: The layer sets the study runs per kernel (`--study`), between the plain runs A and B.
+STUDY = ("gate", "gate,guard", "gate,guard,spin,pin")
+
+
+def _add_layers(layers: set[str], dsl: str, target: str) -> tuple[Any, Any]:
+    """Install the grader's launch gate and audit hook as the child does (before the kernel is imported).
+
+    Returns (gate, event counter): the counter counts audit events raised inside the timed window.
+    """
+    import collections
+    import sys
+
+    counts: collections.Counter[str] = collections.Counter()
+    window = [False]
+    if "guard" in layers:
+        def count(event: str, _args: tuple[Any, ...]) -> None:
+            if window[0]:
+                counts[event] += 1
+
+        sys.addaudithook(count)
+    gate = None
+    if "gate" in layers:
+        from metakernel.dsl import LaunchGate, get_adapter
+
+        adapter = get_adapter(dsl)
+        adapter.import_dsl()
+        gate = LaunchGate(mode="run")
+        adapter.install_hooks(gate)
+    if "guard" in layers:
+        from metakernel.grader.child import Guard
+
+        guard = Guard(target, tempfile.mkdtemp(prefix="mk-overhead-work-"))
+        sys.addaudithook(guard)
+        guard.armed = True
+    return gate, (counts, window)
+
+
+def plain_bracket(number: int, target: str, draws: int, device: str, layers: str = "",
+                  dsl: str = "") -> dict[str, Any]:
+    """The grader's bracket with nothing of the grader around it: median over fresh draws (one process).
+
+    `layers` adds pieces of the grader's child (LAYERS: the DSL launch gate, the audit hook, the 2 ms GPU spin
+    before each call, pinning to the GPU's cores), so that a difference between the grader and the plain bracket
+    can be attributed; with the audit hook the audit events raised inside the window are counted per call.
+    """
     import torch
 
     from metakernel.catalog import load_catalog
 
+    wanted = {x for x in layers.split(",") if x}
+    unknown = wanted - set(LAYERS)
+    if unknown:
+        raise SystemExit(f"unknown layer(s) {sorted(unknown)}: choose from {LAYERS}")
     problem = load_catalog().problem(number)
+    if "gate" in wanted and target == "eager":
+        raise SystemExit("the launch gate needs a kernel file and its --dsl, not the eager reference")
+    gate, (counts, window) = _add_layers(wanted, dsl, target)
     if target == "eager":
         fn = problem.reference
     else:
@@ -60,6 +115,11 @@ def plain_bracket(number: int, target: str, draws: int, device: str) -> dict[str
         if device == "cuda":
             torch.cuda.synchronize()
 
+    spin_buf = torch.ones(4 * 1024 * 1024, dtype=torch.float32, device=device) if "spin" in wanted else None
+    if "pin" in wanted and device == "cuda":
+        from metakernel.grader.child import _pin_near_gpu
+
+        _pin_near_gpu(torch)
     times: list[float] = []
     started = time.perf_counter()
     gc.disable()
@@ -67,12 +127,21 @@ def plain_bracket(number: int, target: str, draws: int, device: str) -> dict[str
         for i in range(WARMUP + draws):
             torch.manual_seed(1000 + i)
             inputs = problem.make_inputs(device=device, scale="full" if device == "cuda" else "small")
+            if gate is not None:
+                gate.reset()
+            if spin_buf is not None:
+                until = time.perf_counter() + 0.002
+                while time.perf_counter() < until:
+                    for _ in range(8):
+                        spin_buf.mul_(1.0)
             sync()
+            window[0] = i >= WARMUP
             t0 = time.perf_counter()
             with torch.no_grad():
                 out = fn(*inputs)
             sync()
             elapsed = time.perf_counter() - t0
+            window[0] = False
             del out, inputs
             gc.collect(0)
             if i >= WARMUP:
@@ -81,12 +150,19 @@ def plain_bracket(number: int, target: str, draws: int, device: str) -> dict[str
                 break
     finally:
         gc.enable()
-    return {"median_us": statistics.median(times) * 1e6, "n": len(times), "min_us": min(times) * 1e6}
+    row: dict[str, Any] = {"median_us": statistics.median(times) * 1e6, "n": len(times), "min_us": min(times) * 1e6}
+    if wanted:
+        row["layers"] = sorted(wanted)
+    if "guard" in wanted:
+        row["audit_events_per_call"] = {k: v / len(times) for k, v in sorted(counts.items())}
+    return row
 
 
-def _plain(number: int, target: str, draws: int, device: str) -> dict[str, Any]:
+def _plain(number: int, target: str, draws: int, device: str, layers: str = "", dsl: str = "") -> dict[str, Any]:
     """One plain run in its own process (a fresh CUDA context, as the grader's child has)."""
     cmd = [sys.executable, __file__, "--plain", str(number), target, "--draws", str(draws), "--device", device]
+    if layers:
+        cmd += ["--layers", layers, "--dsl", dsl]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
     if done.returncode != 0:
         return {"error": (done.stderr or done.stdout)[-2000:]}
@@ -113,9 +189,14 @@ def main() -> int:
     parser.add_argument("--budget", type=float, default=480.0, help="seconds before stopping (resume later)")
     parser.add_argument("--draws", type=int, default=300)
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--layers", default="", help=f"with --plain: grader pieces to add, of {','.join(LAYERS)}")
+    parser.add_argument("--dsl", default="", help="with --layers: the kernel's DSL")
+    parser.add_argument("--study", action="store_true",
+                        help=f"also run plain processes with the grader's pieces added ({' / '.join(STUDY)})")
     args = parser.parse_args()
     if args.plain:
-        print(json.dumps(plain_bracket(int(args.plain[0]), args.plain[1], args.draws, args.device)))
+        print(json.dumps(plain_bracket(int(args.plain[0]), args.plain[1], args.draws, args.device, args.layers,
+                                       args.dsl)))
         return 0
 
     from metakernel import gold
@@ -142,6 +223,8 @@ def main() -> int:
         os.environ["METAKERNEL_CACHE_DIR"] = tempfile.mkdtemp(prefix="mk-overhead-cache-")  # fresh baselines
         kernel_a = _plain(sol.number, str(sol.path), args.draws, args.device)
         eager_a = _plain(sol.number, "eager", args.draws, args.device)
+        layered = {layers: _plain(sol.number, str(sol.path), args.draws, args.device, layers, sol.dsl)
+                   for layers in (STUDY if args.study else ())}
         report = grade(problem, sol.dsl, sol.path, device=args.device, options=GradeOptions())
         kernel_b = _plain(sol.number, str(sol.path), args.draws, args.device)
         eager_b = _plain(sol.number, "eager", args.draws, args.device)
@@ -152,6 +235,8 @@ def main() -> int:
                  "grader_us": grader_us, "grader_eager_us": eager_us, "plain": [kernel_a, kernel_b],
                  "plain_eager": [eager_a, eager_b], "kernel": within_bound(grader_us, kernel_a, kernel_b),
                  "eager": within_bound(eager_us, eager_a, eager_b), "phases_s": report.phases_s}
+        if layered:
+            entry["layered"] = layered
         data["kernels"][sol.key] = entry
         print(f"{sol.key}: grader {grader_us} us, plain {entry['kernel'].get('plain_us')} us, "
               f"added {entry['kernel'].get('added_us')} us (ok {entry['kernel']['ok']}); eager added "

@@ -31,3 +31,18 @@ def test_the_bound_is_the_largest_of_five_us_three_percent_and_twice_the_aa_spre
     noisy_a, noisy_b = {"median_us": 100.0}, {"median_us": 110.0}
     assert within_bound(124.0, noisy_a, noisy_b)["ok"]  # 2 x 10 us A/A spread
     assert within_bound(None, a, b)["ok"] is None and within_bound(100.0, {"error": "x"}, b)["ok"] is None
+
+
+def test_a_plain_process_takes_the_graders_pieces_one_by_one():
+    """`--layers`: the audit hook and the spin of the grader's child added to the plain bracket, audit events
+    inside the window counted (the eager reference raises none: torch's operators are not audited)."""
+    done = subprocess.run([sys.executable, str(SCRIPTS / "bench_overhead.py"), "--plain", "28", "eager",
+                           "--draws", "20", "--device", "cpu", "--layers", "guard,spin"], capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    row = json.loads(done.stdout.strip().splitlines()[-1])
+    assert row["n"] == 20 and row["layers"] == ["guard", "spin"] and row["audit_events_per_call"] == {}
+    bad = subprocess.run([sys.executable, str(SCRIPTS / "bench_overhead.py"), "--plain", "28", "eager",
+                          "--device", "cpu", "--layers", "gate"], capture_output=True, text=True, timeout=300,
+                         check=False)
+    assert bad.returncode != 0 and "needs a kernel file" in bad.stderr

@@ -146,3 +146,9 @@ def test_dry_run_needs_no_api_key_and_a_doubled_comma_is_an_error(tmp_path):
     bad = run("run", "--model", "scripted/gold", "--problems", "28,,36", "--experiment", str(tmp_path / "f"),
               "--executor", "stand-in", "--dry-run")
     assert bad.returncode == 2 and "empty item in the problem selection" in bad.stderr
+
+
+def test_untimed_is_a_gpu_gold_flag():
+    """The correctness-first loop grades solutions on the GPU; asked for anywhere else it says so in one line."""
+    result = run("problems", "validate", "25", "--untimed")
+    assert result.returncode == 2 and "--gold --device cuda" in result.stderr and "Traceback" not in result.stderr

@@ -73,6 +73,9 @@ class GradeOptions:
     profile_max_draws: int = 48  # more while the GPU-time mean's standard error is over profile_rse, up to this
     profile_rse: float = 0.005
     require_isolation: bool | None = None  # None: METAKERNEL_ALLOW_UNSANDBOXED decides; False: opt out
+    # False: the development loop (correctness, ablations, audit, profile and DSL share; no timing, no baselines),
+    # so a kernel writer's broken file costs seconds of device time; never how attempts are graded
+    timed: bool = True
 
 
 class _Done(Exception):
@@ -549,8 +552,9 @@ class Evaluation:
             r.speedup_gpu = r.eager.gpu_only_us / r.gpu_only_us
         if r.timing and r.compiled:
             r.speedup_vs_compile = r.compiled.median_us / r.timing.median_us
-        r.status, r.reason = "passed", ""
-        r.message = "correct on every checked draw; DSL launches required; timed"
+        r.status, r.reason = "passed", "" if self.o.timed else "untimed"
+        r.message = "correct on every checked draw; DSL launches required; " + (
+            "timed" if self.o.timed else "not timed (a correctness-first development run)")
 
 
 class _Crashed(Exception):
@@ -631,10 +635,12 @@ def grade(problem: Problem, dsl: str, kernel: Path, device: str = "cuda", option
         ev.correctness()
         ev.ablation()
         ev.audit()
-        ev.timing()
+        if options.timed:
+            ev.timing()
         if options.profile:
             ev.profile()
-        ev.baselines()
+        if options.timed:
+            ev.baselines()
         ev.finish()
     except _Done:
         pass
