@@ -76,7 +76,9 @@ def _add_layers(layers: set[str], dsl: str, target: str) -> tuple[Any, Any]:
     if "guard" in layers:
         from metakernel.grader.child import Guard
 
-        guard = Guard(target, tempfile.mkdtemp(prefix="mk-overhead-work-"))
+        # the child's read-only binds: this checkout and the installed packages (they may lie under /tmp)
+        readonly = [str(Path(__file__).resolve().parents[1])] + [p for p in sys.path if p and os.path.isdir(p)]
+        guard = Guard(target, tempfile.mkdtemp(prefix="mk-overhead-work-"), readonly)
         sys.addaudithook(guard)
         guard.armed = True
     return gate, (counts, window)
@@ -237,6 +239,9 @@ def main() -> int:
                  "eager": within_bound(eager_us, eager_a, eager_b), "phases_s": report.phases_s}
         if layered:
             entry["layered"] = layered
+        for key, timing in (("grader_timing", report.timing), ("grader_eager_timing", report.eager)):
+            if timing is not None:
+                entry[key] = {k: v for k, v in timing.__dict__.items() if k != "per_draw"}
         data["kernels"][sol.key] = entry
         print(f"{sol.key}: grader {grader_us} us, plain {entry['kernel'].get('plain_us')} us, "
               f"added {entry['kernel'].get('added_us')} us (ok {entry['kernel']['ok']}); eager added "

@@ -80,6 +80,7 @@ class Guard:
         self.armed = False
         self._busy = False
         self._getframe = sys._getframe
+        self._judged: dict[str, bool] = {}  # co_filename -> the candidate's code? (files that existed only)
 
     def _own_source(self, source: str | bytes) -> bool:
         """Whether a string a DSL parser compiles is (a dedented piece of) the kernel file.
@@ -154,8 +155,14 @@ class Guard:
         # both are the candidate's code too.
         if name in EVALUATED:
             return True
-        real = os.path.realpath(name)
-        return real == self.candidate or self.writable(real)
+        known = self._judged.get(name)
+        if known is None:
+            # Cached: DSL launch paths raise frame events on every call (CuTe reads f_code, TVM __code__), and
+            # realpath is a syscall per path component. Only names that existed are cached: a file can only
+            # appear later where the candidate can write, and such a path is judged the candidate's anyway.
+            real = os.path.realpath(name)
+            known = self._judged[name] = real == self.candidate or self.writable(real)
+        return known
 
     def refuse(self, what: str) -> None:
         """Record and raise: a caught refusal still ends the grading as a rule violation."""

@@ -394,20 +394,28 @@ class Evaluation:
 
     def timing(self) -> None:
         checker = Checker()
+        spent = {"timing_draw": 0.0, "timing_call": 0.0, "timing_check": 0.0}  # where the phase's wall time goes
 
         def one(i: int) -> dict[str, Any]:
+            t0 = time.perf_counter()
             inputs = self.draw()
+            t1 = time.perf_counter()
             reply, seen, out = self.call(inputs)  # the reply's wall_s: the parent's clock around the request
+            t2 = time.perf_counter()
             if checker.choose():
                 self.judge(inputs, seen, out, compute_expected(self.problem, inputs),
                            f"timed draw {i + 1}" if i >= 0 else "warm-up draw")
                 self.report.rechecks += 1
+            spent["timing_draw"] += t1 - t0
+            spent["timing_call"] += t2 - t1
+            spent["timing_check"] += time.perf_counter() - t2
             return reply
 
         timing, flags = measure(one, **knobs(self.o))
         self.report.timing = timing
         self.report.integrity.extend(flags)
         self.report.phases_s["timing"] = timing.wall_s
+        self.report.phases_s.update(spent)
         if timing.wall_s > 0 and timing.median_us * timing.n * 1e-6 > 1.02 * timing.wall_s + 1e-3:
             self.end("rule_violation", "implausible_time", "the reported call times add up to more than the wall "
                      "time the parent measured around them")
