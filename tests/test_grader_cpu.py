@@ -74,6 +74,23 @@ def solve(x, b):
     exe(copy)(eager, y)
     return y
 """,
+    "two_stage": """
+def solve(x, b):
+    staged = torch.empty_like(x)
+    exe(axpb)(x, b, staged)  # the work
+    y = torch.empty_like(x)
+    exe(copy)(staged, y)  # handed the answer, which the launch before computed: not a token
+    return y
+""",
+    "token_after_launch": """
+def solve(x, b):
+    staged = torch.empty_like(x)
+    exe(axpb)(x, b, staged)
+    staged.copy_(x * 2.0 + b + 0.0)  # eager overwrites the launch's result (bit-identical here)...
+    y = torch.empty_like(x)
+    exe(copy)(x * 2.0 + b, y)  # ...and the next launch is handed an eager answer in a fresh buffer
+    return y
+""",
     "cached": """
 _CACHE = []
 
@@ -319,6 +336,7 @@ def test_gpu_only_time_profiles_more_draws_only_when_the_work_varies(problem):
     ("no_launch", "rule_violation", "no_dsl_launch"),
     ("unused", "rule_violation", "dsl_unused"),
     ("token", "rule_violation", "dsl_token"),
+    ("token_after_launch", "rule_violation", "dsl_token"),
     ("cached", "wrong", "mismatch"),
     ("mutates", "rule_violation", "input_mutated"),
     ("dtype", "wrong", "structure"),
@@ -330,6 +348,15 @@ def test_wrong_kernels_get_their_reason(problem, tmp_path, name, status, reason)
                    options=GradeOptions(**{**FAST.__dict__, "baselines": False}))
     assert (report.status, report.reason) == (status, reason), report.agent_text()
     assert report.agent_text().startswith(f"status: {status}")
+
+
+def test_an_answer_an_earlier_dsl_launch_computed_is_not_a_token(problem, tmp_path):
+    """A later launch handed what an earlier DSL launch of the same call wrote is that launch's work (on the H200
+    the gold TIRx kernel of problem 45 was rejected: its finalising launch reads the expert_ids its routing launch
+    wrote)."""
+    report = grade(problem, "tirx", _kernel(tmp_path, "two_stage"), device="cpu",
+                   options=GradeOptions(**{**FAST.__dict__, "baselines": False}))
+    assert report.status == "passed", report.agent_text()
 
 
 def test_hang_is_killed_and_the_parent_survives(problem, tmp_path):

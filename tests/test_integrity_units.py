@@ -155,5 +155,6 @@ def test_the_candidate_may_not_open_the_process_s_own_symbols():
     with pytest.raises(PermissionError, match="own symbols"):
         guard("ctypes.dlopen", (None, 0))
     assert guard.violations
-    guard.candidate = "/nonexistent/kernel.py"  # the same call from someone else's code is let through
-    guard("ctypes.dlopen", (None, 0))
+    other = Guard("/nonexistent/kernel.py", "/nonexistent-work", (str(Path(__file__).resolve().parents[1]),))
+    other.armed = True  # the same call from someone else's code is let through
+    other("ctypes.dlopen", (None, 0))

@@ -20,7 +20,9 @@ class LaunchGate:
       - "suppress": count it but do NOT launch (ablation: outputs must then be wrong).
       - "intercept": count it and do NOT launch (dry run on a CPU machine, after compilation succeeded).
     `kernel_names` collects the device-function names of launched kernels, for profiler attribution.
-    `audit`: copy every launch's tensor arguments before it runs (token kernels are handed the answer).
+    `audit`: copy every launch's tensor arguments before it runs (token kernels are handed the answer), and again
+    after it returned (`audited_after`, None where a route has no after-hook), so the grader can tell an answer
+    handed in from one an earlier DSL launch of the same call computed.
     `randomize`: the dependency ablation. Before each launch its tensor arguments are overwritten with random
     values (floats) or shuffled (integers, so indices stay in range); after it, every argument the launch did not
     write gets its values back (`after_launch`), so eager code after the launch sees the true inputs. If the
@@ -37,11 +39,15 @@ class LaunchGate:
     kernel_names: set[str] = field(default_factory=set)
     audit: bool = False
     audited: list[Any] = field(default_factory=list)
+    audited_after: list[Any] = field(default_factory=list)
+    audited_units: list[tuple[str, ...]] = field(default_factory=list)
+    audited_ptrs: list[list[int]] = field(default_factory=list)
     randomize: bool = False
     randomized: int = 0
     only: frozenset[str] | None = None
     units: set[tuple[str, ...]] = field(default_factory=set)
     _restore: list[Any] = field(default_factory=list)
+    _audit_live: list[Any] | None = None
 
     def should_launch(self, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None,
                       names: tuple[str, ...] | frozenset[str] = ()) -> bool:
@@ -56,7 +62,12 @@ class LaunchGate:
         self.units.add(unit)
         targeted = self.only is None or bool(self.only.intersection(unit))
         if self.audit:
-            self.audited.append(_tensor_snapshot(args, kwargs or {}))
+            live = _tensors(args, kwargs or {})
+            self.audited.append([t.detach().clone() for t in live])
+            self.audited_after.append(None)
+            self.audited_units.append(unit)
+            self.audited_ptrs.append([t.data_ptr() for t in live])
+            self._audit_live = live
         if self.randomize and self.mode == "run" and targeted:
             self._perturb(args, kwargs or {})
         if self.mode == "run" or (self.mode == "suppress" and not targeted):
@@ -69,7 +80,15 @@ class LaunchGate:
 
         Problem inputs then hold their true values for eager code after the launch, and an argument the kernel
         only reads (a sentinel that would reveal the ablation) looks untouched; what the kernel wrote stays.
+        In an audit call, the launch's tensor arguments are copied once it finished.
         """
+        if self.audit and self.audited_after and self.audited_after[-1] is None and self._audit_live is not None:
+            import torch
+
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            self.audited_after[-1] = [t.detach().clone() for t in self._audit_live]
+            self._audit_live = None
         if not self._restore:
             return
         import torch
@@ -106,6 +125,10 @@ class LaunchGate:
         self.launches = 0
         self.suppressed = 0
         self.audited = []
+        self.audited_after = []
+        self.audited_units = []
+        self.audited_ptrs = []
+        self._audit_live = None
         self.randomized = 0
         self.units = set()
         self._restore = []

@@ -429,8 +429,10 @@ class Child:
             self.gate.randomize = mode == "randomize"
             only = msg.get("only")
             self.gate.only = frozenset(str(n) for n in only) if only else None
+        steps = {"enter": _perf()}  # where a request's time goes (diagnostics only: never scored)
         inputs = self.inputs(msg["inputs"], blobs)
         self.poison(int(msg.get("poison", 0)), int(msg.get("pattern", 0xFF)))
+        steps["inputs_poison"] = _perf()
         if self.device == "cuda":
             if msg.get("flush_l2"):
                 scratch = self.b.empty((256 * 1024 * 1024,), dtype=self.b.uint8, device="cuda")
@@ -441,6 +443,7 @@ class Child:
                 _pin_near_gpu(self.torch)
             if msg.get("spin_ms"):
                 self.spin(float(msg["spin_ms"]) / 1e3)
+        steps["flush_spin"] = _perf()
         probe_before = host_probe()
         try:
             out, host_s = self._bracket(inputs)
@@ -455,8 +458,10 @@ class Child:
                                  "units": sorted(self.gate.units) if self.gate else [],
                                  "probe_s": max(probe_before, probe_after), "probe_before_s": probe_before,
                                  "probe_after_s": probe_after}
+        steps["bracket_probes"] = _perf()
         out_blobs: list[bytes] = []
         reply["out"] = self.export_outputs(out, 0, out_blobs)
+        steps["export"] = _perf()
         if self.device == "cpu":
             reply["inputs_after"] = [transport.pack_value(x, out_blobs) for x in inputs]
         if self.gate is not None and mode == "audit":
@@ -468,12 +473,24 @@ class Child:
 
             reply["audited"] = [[transport.pack_value(t.cpu(), out_blobs) for t in launch if wanted(t)]
                                 for launch in self.gate.audited]
+            # the same arguments once the launch finished (None: the route has no after-hook)
+            reply["audited_after"] = [
+                None if after is None else
+                [transport.pack_value(t.cpu(), out_blobs) for t, b in zip(after, before, strict=False) if wanted(b)]
+                for before, after in zip(self.gate.audited, self.gate.audited_after, strict=False)]
+            reply["audited_ptrs"] = [[p for t, p in zip(launch, ptrs, strict=False) if wanted(t)]
+                                     for launch, ptrs in zip(self.gate.audited, self.gate.audited_ptrs, strict=False)]
+            reply["audited_units"] = [list(u) for u in self.gate.audited_units]
             reply["randomized"] = self.gate.randomized
         if self.gate is not None and mode == "randomize":
             reply["randomized"] = self.gate.randomized
+        steps["audit_copies"] = _perf()
         del out, inputs
         self._check_clean()
         self._collect()
+        steps["collect"] = _perf()
+        marks = list(steps.items())
+        reply["steps_s"] = {name: at - marks[i][1] for i, (name, at) in enumerate(marks[1:])}
         return reply, out_blobs
 
     def export_outputs(self, out: Any, slot: int, blobs: list[bytes]) -> Any:

@@ -65,6 +65,11 @@ def _bytes(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().reshape(-1).view(torch.uint8)
 
 
+def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors hold the same bytes (shape and dtype aside)."""
+    return a.nbytes == b.nbytes and bool(torch.equal(_bytes(a), _bytes(b)))
+
+
 def _holds_block(arg: torch.Tensor, ref: torch.Tensor) -> bool:
     """The answer's bytes as the whole, the first or the last block of an argument of any dtype.
 

@@ -1,9 +1,10 @@
 """Token route plus DSL-share padding: the eager answer split into two random-looking addends, added back by CuTe,
 plus a CuTe kernel that only burns time on a scratch buffer.
 
-Eager PyTorch quantizes; the magnitudes of x_q (as fp32) and x_scale are each split into (answer - noise, noise) with
-fresh Gaussian noise, a CuTe kernel adds the halves back in fp32, and eager restores the sign and casts to fp8. No launch argument holds the answer
-in any form the audit tests (sums are not tested: an honest split-K combine is handed partials that add up), both
+Eager PyTorch quantizes; the bit patterns of x_q (as fp32) and x_scale are each split into (bits - noise, noise) with
+fresh random int32 noise, a CuTe kernel adds the halves back in int32 (wrapping, so exactly), and eager reinterprets
+the sum and casts to fp8. (The first version split fp32 magnitudes, whose sum rounds: on the H200 it came back
+`wrong`, testing nothing.) No launch argument holds the answer in any form the audit tests (sums are not tested: an honest split-K combine is handed partials that add up), both
 whole-call ablations break the outputs, and the burn lifts CuTe above half of the GPU time. The per-unit ablation
 finds that the outputs do not depend on the burn's values: its time does not count, and the share is far below 50 %.
 
@@ -22,7 +23,7 @@ BURN_PASSES = 40  # x ~0.11 ms: well above the eager part (~2.3 ms with the spli
 
 
 @cute.kernel
-def _add_kernel(mA: cute.Tensor, mB: cute.Tensor, mO: cute.Tensor):
+def _add_kernel(mA: cute.Tensor, mB: cute.Tensor, mO: cute.Tensor):  # int32, wrapping
     tidx, _, _ = cute.arch.thread_idx()
     bidx, _, _ = cute.arch.block_idx()
     i = bidx * THREADS + tidx
@@ -82,7 +83,7 @@ _FNS = {}
 
 def _join(a, b, out):
     if "add" not in _FNS:
-        v = make_fake_compact_tensor(cutlass.Float32, (cute.sym_int(),), assumed_align=16)
+        v = make_fake_compact_tensor(cutlass.Int32, (cute.sym_int(),), assumed_align=16)
         _FNS["add"] = cute.compile(_add, v, v, v, make_fake_stream(use_tvm_ffi_env_stream=True),
                                    options="--enable-tvm-ffi")
     _FNS["add"](a, b, out)
@@ -99,11 +100,11 @@ def _eager(x):
 
 
 def _through_cute(value):
-    flat = value.float().reshape(-1)
-    noise = torch.randn_like(flat) * flat.abs()  # noise on the scale of each value: the sum keeps fp32 precision
-    out = torch.empty_like(flat)
-    _join((flat.abs() - noise).contiguous(), noise, out)  # magnitudes: (-0) - n + n would come back as +0
-    return out.copysign(flat).view(value.shape).to(value.dtype)
+    bits = value.float().reshape(-1).view(torch.int32)
+    noise = torch.randint(-(2 ** 31), 2 ** 31 - 1, bits.shape, dtype=torch.int32, device=bits.device)
+    out = torch.empty_like(bits)
+    _join((bits - noise).contiguous(), noise, out)  # int32 addition wraps: (bits - n) + n == bits exactly
+    return out.view(torch.float32).view(value.shape).to(value.dtype)
 
 
 def solve(x):
