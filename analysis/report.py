@@ -461,6 +461,27 @@ def _missing(df: pd.DataFrame, p: pd.DataFrame, standing_notes: Sequence[str]) -
     return out
 
 
+def _floor_paragraphs() -> list[str]:
+    """The DSLs' launch floors measured per GPU (metakernel.floors): the least an end-to-end time can be."""
+    import json
+
+    from metakernel.floors import DATA, floors_for
+
+    try:
+        gpus = sorted(json.loads(DATA.read_text(encoding="utf-8"))) if DATA.is_file() else []
+    except ValueError:
+        gpus = []
+    out = []
+    for gpu in gpus:
+        routes = floors_for(gpu)
+        if routes:
+            listed = ", ".join(f"{route} {us:.1f} us" for route, us in routes.items())
+            out.append(f"Launch floor on {gpu} (a trivial kernel through the grader's bracket, "
+                       f"scripts/bench_overhead.py --floors): {listed}. An end-to-end time near its DSL's floor is "
+                       "decided by the launch route, not by the kernel.")
+    return out
+
+
 def _sections(report: dict[str, Any], tau: float, floor: float, confidence: float) -> list[dict[str, Any]]:
     ov = report["overview"]
     aa_warn = [f"Warning: {m}." for m in report["warnings"]]
@@ -480,6 +501,7 @@ def _sections(report: dict[str, Any], tau: float, floor: float, confidence: floa
             f"{stats.MIN_N_FOR_BCA}.",
             f"Speedup used throughout: {report['parameters']['speed']} "
             f"({report['parameters']['speed_meaning']}).",
+            *_floor_paragraphs(),
         ], []),
         _section("headline", "Primary endpoint", [
             "The primary endpoint is ΔGM per model x direction with its interval and Holm-adjusted p-value; "

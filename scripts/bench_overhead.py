@@ -15,8 +15,10 @@ with fresh baselines, so its eager median is measured beside its plain twin too.
         [--draws 300] [--device cuda] [--study]
     python3 scripts/bench_overhead.py --plain PROBLEM (eager|KERNEL_FILE) [--draws N] [--device D]
         [--layers gate,guard,spin,pin --dsl DSL]   (one plain run, with pieces of the grader's child added)
+    python3 scripts/bench_overhead.py --floors [--draws N]   (each DSL launch route's floor, scripts/floors/)
 
-`--study` adds, per kernel, plain runs with the grader's pieces added one by one (STUDY), to locate added time.
+`--study` adds, per kernel, plain runs with the grader's pieces added one by one (STUDY) and gradings with one of
+its pieces taken out (GRADER_STUDY), to locate added time.
 
 Resumable: finished kernels in the output file are kept; the file is rewritten after each one (and copied under
 $OUT when set). The gold kernels need the GPU; on a CPU machine only `--plain N eager --device cpu` runs (CI).
@@ -34,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -43,10 +46,30 @@ WARMUP = 5
 PLAIN_CAP_S = 20.0
 
 
+#: The launch floor (`--floors`): y = x + 1 on 1024 values through each DSL's launch routes (scripts/floors/).
+FLOOR = "floor"
+FLOORS = Path(__file__).resolve().parent / "floors"
+FLOOR_ROUTES = {"cute (TVM-FFI)": "cute_ffi.py", "cute (from_dlpack)": "cute_dlpack.py", "tirx": "tirx.py",
+                "eager": "eager"}
+#: Where `metakernel eval` and the experiment report read the floors measured on each GPU.
+FLOORS_DATA = Path(__file__).resolve().parents[1] / "metakernel" / "floors.json"
+
+
+def _floor_problem() -> Any:
+    """scripts/floors/problem.py, loaded from disk like a problem file."""
+    spec = importlib.util.spec_from_file_location("floor_problem", FLOORS / "problem.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 #: The grader's pieces a plain process can add one by one (`--layers`), to find where added time goes.
 LAYERS = ("gate", "guard", "spin", "pin")
 #: The layer sets the study runs per kernel (`--study`), between the plain runs A and B.
 STUDY = ("gate", "gate,guard", "gate,guard,spin,pin")
+#: And the grader itself with one of its pieces taken out (no baselines: only the kernel's median is compared).
+GRADER_STUDY = {"no_spin": {"spin_ms": 0.0}, "no_pin": {"pin_cores": False}}
 
 
 def _add_layers(layers: set[str], dsl: str, target: str) -> tuple[Any, Any]:
@@ -84,7 +107,7 @@ def _add_layers(layers: set[str], dsl: str, target: str) -> tuple[Any, Any]:
     return gate, (counts, window)
 
 
-def plain_bracket(number: int, target: str, draws: int, device: str, layers: str = "",
+def plain_bracket(number: int | str, target: str, draws: int, device: str, layers: str = "",
                   dsl: str = "") -> dict[str, Any]:
     """The grader's bracket with nothing of the grader around it: median over fresh draws (one process).
 
@@ -100,7 +123,7 @@ def plain_bracket(number: int, target: str, draws: int, device: str, layers: str
     unknown = wanted - set(LAYERS)
     if unknown:
         raise SystemExit(f"unknown layer(s) {sorted(unknown)}: choose from {LAYERS}")
-    problem = load_catalog().problem(number)
+    problem: Any = load_catalog().problem(number) if number != FLOOR else _floor_problem()
     if "gate" in wanted and target == "eager":
         raise SystemExit("the launch gate needs a kernel file and its --dsl, not the eager reference")
     gate, (counts, window) = _add_layers(wanted, dsl, target)
@@ -160,7 +183,7 @@ def plain_bracket(number: int, target: str, draws: int, device: str, layers: str
     return row
 
 
-def _plain(number: int, target: str, draws: int, device: str, layers: str = "", dsl: str = "") -> dict[str, Any]:
+def _plain(number: int | str, target: str, draws: int, device: str, layers: str = "", dsl: str = "") -> dict[str, Any]:
     """One plain run in its own process (a fresh CUDA context, as the grader's child has)."""
     cmd = [sys.executable, __file__, "--plain", str(number), target, "--draws", str(draws), "--device", device]
     if layers:
@@ -183,6 +206,40 @@ def within_bound(grader_us: float | None, a: dict[str, Any], b: dict[str, Any]) 
             "bound_us": bound, "ok": abs(added) <= bound}
 
 
+def measure_floors(args: Any) -> int:
+    """Each route's floor, A then B (interleaved), into the report's `floors` and metakernel/floors.json."""
+    from metakernel.jsonio import write_json_atomic
+    from metakernel.provenance import provenance
+
+    out = Path(args.out)
+    data: dict[str, Any] = json.loads(out.read_text()) if out.is_file() else {"provenance": provenance(),
+                                                                               "device": args.device}
+    runs: dict[str, list[dict[str, Any]]] = {route: [] for route in FLOOR_ROUTES}
+    for _ in range(2):
+        for route, target in FLOOR_ROUTES.items():
+            path = target if target == "eager" else str(FLOORS / target)
+            runs[route].append(_plain(FLOOR, path, args.draws, args.device))
+    floors = {}
+    for route, (a, b) in runs.items():
+        ok = "median_us" in a and "median_us" in b
+        floors[route] = {"median_us": (a["median_us"] + b["median_us"]) / 2 if ok else None,
+                         "aa_spread_us": abs(a["median_us"] - b["median_us"]) if ok else None, "runs": [a, b]}
+        print(f"floor {route}: {floors[route]['median_us']} us (A/A {floors[route]['aa_spread_us']} us)")
+    gpu = (provenance().get("gpu") or {}).get("name") or args.device
+    data["floors"] = {"gpu": gpu, "routes": floors}
+    write_json_atomic(out, data)
+    if os.environ.get("OUT"):
+        write_json_atomic(Path(os.environ["OUT"], out.name), data)
+    if args.device == "cuda":
+        known = json.loads(FLOORS_DATA.read_text()) if FLOORS_DATA.is_file() else {}
+        known[str(gpu)] = {route: f["median_us"] for route, f in floors.items()} | {
+            "revision": (data.get("provenance") or {}).get("revision", {}).get("commit")}
+        write_json_atomic(FLOORS_DATA, known)
+        if os.environ.get("OUT"):
+            write_json_atomic(Path(os.environ["OUT"], FLOORS_DATA.name), known)
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plain", nargs=2, metavar=("PROBLEM", "TARGET"), help=argparse.SUPPRESS)
@@ -193,13 +250,17 @@ def main() -> int:
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--layers", default="", help=f"with --plain: grader pieces to add, of {','.join(LAYERS)}")
     parser.add_argument("--dsl", default="", help="with --layers: the kernel's DSL")
+    parser.add_argument("--floors", action="store_true",
+                        help="time the launch floor of each DSL route (scripts/floors/), twice each, interleaved")
     parser.add_argument("--study", action="store_true",
                         help=f"also run plain processes with the grader's pieces added ({' / '.join(STUDY)})")
     args = parser.parse_args()
     if args.plain:
-        print(json.dumps(plain_bracket(int(args.plain[0]), args.plain[1], args.draws, args.device, args.layers,
-                                       args.dsl)))
+        number: int | str = args.plain[0] if args.plain[0] == FLOOR else int(args.plain[0])
+        print(json.dumps(plain_bracket(number, args.plain[1], args.draws, args.device, args.layers, args.dsl)))
         return 0
+    if args.floors:
+        return measure_floors(args)
 
     from metakernel import gold
     from metakernel.catalog import load_catalog
@@ -227,6 +288,13 @@ def main() -> int:
         eager_a = _plain(sol.number, "eager", args.draws, args.device)
         layered = {layers: _plain(sol.number, str(sol.path), args.draws, args.device, layers, sol.dsl)
                    for layers in (STUDY if args.study else ())}
+        variants = {}
+        for label, change in (GRADER_STUDY.items() if args.study else ()):
+            varied = grade(problem, sol.dsl, sol.path, device=args.device,
+                           options=replace(GradeOptions(), baselines=False, **change))
+            variants[label] = {"status": varied.status,
+                               "median_us": varied.timing.median_us if varied.timing else None,
+                               "n": varied.timing.n if varied.timing else None}
         report = grade(problem, sol.dsl, sol.path, device=args.device, options=GradeOptions())
         kernel_b = _plain(sol.number, str(sol.path), args.draws, args.device)
         eager_b = _plain(sol.number, "eager", args.draws, args.device)
@@ -239,6 +307,8 @@ def main() -> int:
                  "eager": within_bound(eager_us, eager_a, eager_b), "phases_s": report.phases_s}
         if layered:
             entry["layered"] = layered
+        if variants:
+            entry["grader_without"] = variants
         for key, timing in (("grader_timing", report.timing), ("grader_eager_timing", report.eager)):
             if timing is not None:
                 entry[key] = {k: v for k, v in timing.__dict__.items() if k != "per_draw"}

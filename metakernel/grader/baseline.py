@@ -74,7 +74,7 @@ def _write_entry(path: Path, key: str, problem: Problem, kind: str, timing: Timi
 def eager_timing(problem: Problem, device: str, scale: str, *, kind: str, options: Any,
                  use_cache: bool = True) -> Timing | None:
     """Median time of the reference (kind "eager") or its torch.compile form (kind "compile")."""
-    setting = f"{options.flush_l2}-{options.spin_ms}"
+    setting = f"{options.flush_l2}-{options.spin_ms}" + ("" if options.pin_cores else "-nopin")
     if options.host_gate > 0 or options.min_timing_s > 0:
         setting += f"-gate{options.host_gate}-{options.min_timing_s}-{options.host_gate_wait_s}-{options.host_fast_us}"
     key = _key(problem, device, scale, kind, setting)

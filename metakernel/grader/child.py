@@ -438,7 +438,7 @@ class Child:
                 scratch = self.b.empty((256 * 1024 * 1024,), dtype=self.b.uint8, device="cuda")
                 self.b.fill_(scratch, 1)
                 del scratch
-            if not self._pinned:
+            if not self._pinned and msg.get("pin", True):
                 self._pinned = True
                 _pin_near_gpu(self.torch)
             if msg.get("spin_ms"):

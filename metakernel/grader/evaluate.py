@@ -62,6 +62,7 @@ class GradeOptions:
     rse_target: float = 0.005
     flush_l2: bool = False
     spin_ms: float = 2.0  # GPU kept busy before each timed call (child.Child.spin says why)
+    pin_cores: bool = True  # the child pinned to two cores by the GPU (child._pin_near_gpu); off: the overhead study
     call_timeout_s: float = 120.0
     start_timeout_s: float = 300.0
     scale: str | None = None
@@ -611,6 +612,11 @@ class Evaluation:
                 self.end("rule_violation", "implausible_time",
                          f"GPU time {r.gpu_only_us:.2f} us is below {margin:g} x the H200's roofline bound "
                          f"{bound:.2f} us: no kernel can do this work that fast")
+        if self.device == "cuda":
+            from metakernel.floors import floors_for
+
+            floors = floors_for(torch.cuda.get_device_name())
+            r.launch_floor_us = {k: v for k, v in floors.items() if k.split(" ")[0] in (self.dsl, "eager")} or None
         if r.timing and r.eager:
             r.speedup = r.eager.median_us / r.timing.median_us
         if r.eager and r.eager.gpu_only_us and r.gpu_only_us:

@@ -72,6 +72,8 @@ class GradeReport:
     # within 2 % between gradings where its end-to-end median moved up to 16 % (h200-grader-bench-draws.json)
     speedup_gpu: float | None = None
     roofline_fraction: float | None = None
+    # the DSL's launch floor on this GPU (metakernel.floors; route -> us, with eager's), when it was measured
+    launch_floor_us: dict[str, float] | None = None
     integrity: list[str] = field(default_factory=list)
     rechecks: int = 0  # timed and profiled draws compared after they returned (chosen at random, >= a fifth)
     seed: int | None = None  # the seed of the draw a `wrong` was found on (timing.seeded_draw reproduces it)
@@ -113,6 +115,9 @@ class GradeReport:
             if self.dsl_share is not None:
                 lines.append(f"DSL kernels: {100 * self.dsl_share:.0f} % of GPU time, "
                              f"{self.launches_per_call or 0:g} launch(es) per call")
+            if self.launch_floor_us:
+                routes = ", ".join(f"{route} {us:.1f} us" for route, us in self.launch_floor_us.items())
+                lines.append(f"launch floor on this GPU (a trivial kernel, same bracket): {routes}")
         for flag in self.integrity:
             lines.append(f"timing flag: {flag}")
         if self.isolation and self.isolation.get("mode") == "none":
