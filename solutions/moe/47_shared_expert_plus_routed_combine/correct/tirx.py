@@ -2,7 +2,7 @@
 
 Both are tiled SIMT GEMMs C = A @ B^T (A [M, K], B [N, K], bf16, K contiguous) with fp32 accumulation: CTA tile
 128 x 128, BK = 32, 256 threads each owning an 8 x 8 register block. Per K step every thread loads 16 contiguous
-bf16 of A and of B (16-byte vector loads), widens them to fp32 and stores them k-major in shared memory
+bf16 of A and of B (two 16-byte vector loads), widens them to fp32 and stores them k-major in shared memory
 (2 x 16 KB); the inner loop reads 8 + 8 fp32 per k (16-byte shared loads) and does 64 FMAs. Rows past T are
 clamped on load and never stored.
  1. gate/up + SwiGLU: the B tile's 128 rows are 64 rows of W_gate and the same 64 rows of W_up; a thread's 8
@@ -54,14 +54,17 @@ def _make_swiglu(t, d, inter):
             for j in Tx.unroll(TN):
                 acc[i, j] = Tx.float32(0.0)
         for kt in range(d // BK):
-            for v in Tx.vectorized(LD):
-                a_ld[v] = X[a_row, kt * BK + kc + v]
+            for hv8 in Tx.unroll(2):
+                for v in Tx.vectorized(8):
+                    a_ld[hv8 * 8 + v] = X[a_row, kt * BK + kc + hv8 * 8 + v]
             if r < HALF:
-                for v in Tx.vectorized(LD):
-                    b_ld[v] = WG[bx * HALF + r, kt * BK + kc + v]
+                for hv8 in Tx.unroll(2):
+                    for v in Tx.vectorized(8):
+                        b_ld[hv8 * 8 + v] = WG[bx * HALF + r, kt * BK + kc + hv8 * 8 + v]
             else:
-                for v in Tx.vectorized(LD):
-                    b_ld[v] = WU[bx * HALF + r - HALF, kt * BK + kc + v]
+                for hv8 in Tx.unroll(2):
+                    for v in Tx.vectorized(8):
+                        b_ld[hv8 * 8 + v] = WU[bx * HALF + r - HALF, kt * BK + kc + hv8 * 8 + v]
             for v in Tx.unroll(LD):
                 As[kc + v, r] = Tx.cast(a_ld[v], "float32")
                 Bs[kc + v, r] = Tx.cast(b_ld[v], "float32")
@@ -128,10 +131,11 @@ def _make_down(t, d, inter):
             for j in Tx.unroll(TN):
                 acc[i, j] = Tx.float32(0.0)
         for kt in range(inter // BK):
-            for v in Tx.vectorized(LD):
-                a_ld[v] = H[a_row, kt * BK + kc + v]
-            for v in Tx.vectorized(LD):
-                b_ld[v] = WD[b_row, kt * BK + kc + v]
+            for hv8 in Tx.unroll(2):
+                for v in Tx.vectorized(8):
+                    a_ld[hv8 * 8 + v] = H[a_row, kt * BK + kc + hv8 * 8 + v]
+                for v in Tx.vectorized(8):
+                    b_ld[hv8 * 8 + v] = WD[b_row, kt * BK + kc + hv8 * 8 + v]
             for v in Tx.unroll(LD):
                 As[kc + v, r] = Tx.cast(a_ld[v], "float32")
                 Bs[kc + v, r] = Tx.cast(b_ld[v], "float32")
