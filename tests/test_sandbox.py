@@ -65,6 +65,21 @@ def test_paths_visible_to_the_child_leave_the_checkout_out():
     assert not any(b in ("/root", "/home", "/tmp") for b in binds)
 
 
+def test_an_import_path_entry_holding_the_temp_folder_is_not_bound(tmp_path, monkeypatch):
+    """A script run from /tmp puts /tmp on the import path: bound, it would lay the parent's temp tree (other
+    children's folders) read-only over the child's own work dir, which then could not read its kernel (found
+    running `metakernel eval` from /tmp)."""
+    import sys
+    import tempfile
+
+    temp = Path(tempfile.gettempdir()).resolve()
+    monkeypatch.setattr(sys, "path", [str(temp), *sys.path])
+    work = tmp_path / "work"
+    work.mkdir()
+    plan = sandbox.make_plan(work, mode="userns", allow_unsandboxed=True)
+    assert not any(str(temp) == b or str(work.resolve()).startswith(b.rstrip("/") + "/") for b in plan.binds)
+
+
 @pytest.fixture(scope="module")
 def problem(tmp_path_factory):
     return load_problem_file(write_problem(tmp_path_factory.mktemp("problems"), "mlp_norm", "27_axpb", PROBLEM))

@@ -26,6 +26,7 @@ import ctypes
 import os
 import secrets
 import sys
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -189,6 +190,12 @@ def make_plan(work: Path, *, extra_binds: list[str] | None = None, mode: str | N
     root = work.parent / (work.name + "-root")
     root.mkdir(mode=0o700, exist_ok=True)
     binds, links = visible_paths(extra_binds)
+    # A folder on the import path that holds the work dir (a script run from /tmp puts /tmp there) would bind the
+    # parent's whole temp tree into the child, read-only over its own work dir: the child could not read its
+    # kernel, and would see other children's folders. Such folders are not bound.
+    private = [str(work.resolve()), os.path.realpath(tempfile.gettempdir())]
+    binds = [b for b in binds if not any(_under(p, [b]) for p in private)]
+    links = {k: v for k, v in links.items() if _under(v, binds) or not any(_under(p, [v]) for p in private)}
     uid = UID_BASE + secrets.randbelow(UID_SPAN)
     plan = Plan(mode=mode, work=str(work), root=str(root), binds=binds, links=links, uid=uid, gid=uid,
                 allow_unsandboxed=opted_out() if allow_unsandboxed is None else allow_unsandboxed)
