@@ -145,7 +145,12 @@ def break_kernel(source: str) -> str:
 
 
 def _status_line(text: str) -> str:
-    return next((line.strip() for line in text.splitlines() if line.strip().startswith("status:")), "no status")
+    """The grader's status line of a submit result ("submission 2: status: passed" -> "status: passed")."""
+    for line in text.splitlines():
+        at = line.find("status:")
+        if at >= 0:
+            return line[at:].strip()
+    return "no status"
 
 
 def skill_text(conv: Conversation) -> str:

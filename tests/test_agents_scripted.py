@@ -78,6 +78,16 @@ def test_gold_sequence_broken_then_gold_then_skill_then_finish():
     assert json.loads(actions[4].arguments) == {"submission": 0}
 
 
+def test_the_skill_reads_the_status_from_the_submit_tool_s_own_wording():
+    """The attempt loop prefixes each result ("submission 2: status: passed ..."): the demo's SKILL.md once said no
+    submission passed while its attempt had passed at 1.86x."""
+    prefixed = [f"submission {i}: {text}" for i, text in enumerate((STATIC, PASSED), 1)]
+    actions = drive("gold", task(), ["hit1", *prefixed, "SKILL.md written"])
+    skill = json.loads(actions[3].arguments)["content"]
+    assert "Submission 2 graded 'status: passed'" in skill and "No submission" not in skill
+    assert "passed here" in skill and "rejected before it runs" in skill
+
+
 def test_gold_is_a_pure_function_of_the_messages():
     messages = task(dsl="TIRx")
     native(messages, "docs_search", "{}", "hits")
