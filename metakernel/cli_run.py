@@ -121,13 +121,15 @@ def _run_with_progress(exp: Any, argv: list[str]) -> dict[str, Any]:
 
 
 @click.command("regrade", context_settings=CONTEXT)
-@click.argument("experiment", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.argument("experiment", type=click.Path(path_type=Path))
 @click.option("--trials", multiple=True, help="Only these addresses (default: every finished attempt).")
 @click.option("--executor", type=click.Choice(["local", "stand-in"]), default="local", show_default=True)
 def regrade_cmd(experiment: Path, trials: tuple[str, ...], executor: str) -> None:
     """Re-grade saved final kernels without calling a model (reports stored beside the originals)."""
     from metakernel.experiment import regrade
 
+    if not experiment.is_dir():
+        raise UserError("no such experiment folder", str(experiment))
     if executor == "local":
         from metakernel.executor import preflight
 

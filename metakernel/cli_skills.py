@@ -133,9 +133,12 @@ def skills_list(experiment: Path, model: str | None, as_json: bool) -> None:
     """One row per SKILL.md the experiment's attempts wrote, with the outcome of the pair it fed.
 
     A solo attempt's skill feeds the skill arm of the same replicate in the other DSL, which is compared with the
-    target DSL's solo attempt of that replicate: PAIR is that pair's class (helped/neutral/harmed/both_failed/
-    skipped, or pending), C_SKILL and C_SOLO its clipped speedups (floor 0.05), TIERS skill/solo tiers (0 failed,
-    1..5 by speedup). Skills written by skill arms fed no pair.
+    target DSL's solo attempt of that replicate. Columns: SOURCE the attempt's best result (status and speedup);
+    SRC_TIER its tier (0 failed, 1..5 by speedup); BYTES the skill's size and TRUNC whether it was cut to the
+    budget; LINT how many lint findings it drew (code blocks, DSL names or APIs, shell commands, narrative, no
+    measurements: `skills show` lists them); PAIR the class of the pair it fed (helped/neutral/harmed/
+    both_failed/skipped, or pending); C_SKILL and C_SOLO that pair's clipped speedups (floor 0.05); TIERS
+    skill/solo tiers. Skills written by skill arms fed no pair.
 
     \b
     Examples:

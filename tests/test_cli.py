@@ -152,3 +152,15 @@ def test_untimed_is_a_gpu_gold_flag():
     """The correctness-first loop grades solutions on the GPU; asked for anywhere else it says so in one line."""
     result = run("problems", "validate", "25", "--untimed")
     assert result.returncode == 2 and "--gold --device cuda" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_regrade_of_a_missing_folder_is_one_line():
+    result = run("regrade", "/nonexistent-experiment", "--executor", "stand-in")
+    assert result.returncode == 2 and "no such experiment folder" in result.stderr
+    assert "Usage:" not in result.stderr and "Traceback" not in result.stderr
+
+
+def test_skills_list_explains_every_column():
+    text = run("skills", "list", "--help").stdout
+    for column in ("SOURCE", "SRC_TIER", "BYTES", "TRUNC", "LINT", "PAIR", "C_SKILL", "C_SOLO", "TIERS"):
+        assert column in text
