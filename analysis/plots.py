@@ -166,14 +166,17 @@ def plot_standing(report: Mapping[str, Any], path: Path) -> Path:
         ax.axhline(0.0, color="black", linewidth=0.8)
         ax.set_xticks(range(len(standings)))
         ax.set_xticklabels([f"source {s}" for s in standings], fontsize=7)
-        ax.set_ylim(-1.1, 1.1)
+        ax.set_ylim(-1.2, 1.2)  # room for the n= labels of bars at +-1
         ax.set_ylabel("help rate - harm rate (informative)", fontsize=7)
-        handles, labels = ax.get_legend_handles_labels()
-        unique = dict(zip(labels, handles, strict=True))
-        if unique:
-            ax.legend(unique.values(), unique.keys(), fontsize=7, loc="upper right")
+    # One legend for the figure, above the panels: inside a panel it covered the bars near +1.
+    unique: dict[str, Any] = {}
+    for ax in axes[0]:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            unique.setdefault(label, handle)
+    if unique:
+        fig.legend(list(unique.values()), list(unique.keys()), fontsize=7, loc="upper left", ncol=2, frameon=False)
     _synthetic_mark(fig, report)
-    fig.tight_layout(rect=(0, 0, 1, 0.94))
+    fig.tight_layout(rect=(0, 0, 1, 0.90))
     return _save(fig, path)
 
 
