@@ -5,9 +5,11 @@ CTA tile 128 x 128, BK = 32, 256 threads each owning an 8 x 8 register block. Pe
 contiguous bf16 of A and of B (16-byte loads), widens them to fp32 and stores them k-major in shared memory
 (2 x 16 KB); the inner loop reads 8 + 8 fp32 per k and does 64 FMAs. Rows past T (or N) are clamped on load and
 never stored.
- 1. router GEMM: logits [T, 512] fp32 (products of bf16 are exact in fp32, so this is the fp32 router).
+ 1. router GEMM: logits [T, 512] accumulated and kept in float64 (fragments widened, float64 FMAs): a
+    sequential fp32 sum over K = 2048 moved the renormalised weights by ~2x the comparator's allowance (6e-7);
+    float64 makes the logits (nearly) exact, as the float64 anchor has them.
  2. top-10 + shared gate, one warp per token: lane l holds experts l, l + 32, ... (16 logits); ten rounds of a
-    butterfly arg-max over (logit, expert id) (ties -> lower id; softmax is monotonic, so the order of the logits
+    butterfly arg-max over (float64 logit, expert id) (ties -> lower id; softmax is monotonic, so the order of the logits
     is the order of the probabilities); weight_i = exp(l_i - max) / sum over the ten chosen (float64: the softmax
     normaliser cancels in the renormalisation). The warp also forms the shared-expert gate
     bf16(sigmoid(bf16(x[t] . w_shared_gate))) (fp32 dot, butterfly sum) into an fp32 buffer.
@@ -34,9 +36,10 @@ WARPS = 4  # tokens per CTA in the top-k kernel
 
 @cute.jit
 def _mainloop(mA: cute.Tensor, mB0: cute.Tensor, mB1: cute.Tensor, sA: cute.Tensor, sB: cute.Tensor,
-              acc: cute.Tensor, tidx, m0, n0, split: cutlass.Constexpr):
+              acc: cute.Tensor, tidx, m0, n0, split: cutlass.Constexpr, wide: cutlass.Constexpr = False):
     """acc += A[m0:m0+128] @ B^T over all of K. split: B rows 0..63 from mB0[n0:], rows 64..127 from mB1[n0:];
-    a thread's fragment is columns 4tx..4tx+3 and 64+4tx..64+4tx+3. Else B rows from mB0[n0:n0+128] (clamped to N)."""
+    a thread's fragment is columns 4tx..4tx+3 and 64+4tx..64+4tx+3. Else B rows from mB0[n0:n0+128] (clamped to N).
+    wide: acc is float64 (the fragments are widened to float64 and the FMAs are float64)."""
     M, K = mA.shape
     tx = tidx % (BN // TN)
     ty = tidx // (BN // TN)
@@ -46,6 +49,8 @@ def _mainloop(mA: cute.Tensor, mB0: cute.Tensor, mB1: cute.Tensor, sA: cute.Tens
     b_ld = cute.make_rmem_tensor(cute.make_layout(LD), mA.element_type)
     a_w = cute.make_rmem_tensor(cute.make_layout(LD), cutlass.Float32)
     b_w = cute.make_rmem_tensor(cute.make_layout(LD), cutlass.Float32)
+    a64 = cute.make_rmem_tensor(cute.make_layout(TM), cutlass.Float64)
+    b64 = cute.make_rmem_tensor(cute.make_layout(TN), cutlass.Float64)
 
     r = tidx % BM
     kh = tidx // BM
@@ -80,9 +85,16 @@ def _mainloop(mA: cute.Tensor, mB0: cute.Tensor, mB1: cute.Tensor, sA: cute.Tens
                     b_frag[TN // 2 + j] = sB[kk, HALF + tx * (TN // 2) + j]
             else:
                 cute.autovec_copy(cute.local_tile(sB[kk, None], (TN,), (tx,)), b_frag)
-            for i in cutlass.range_constexpr(TM):
-                for j in cutlass.range_constexpr(TN):
-                    acc[i, j] = acc[i, j] + a_frag[i] * b_frag[j]
+            if cutlass.const_expr(wide):
+                a64.store(a_frag.load().to(cutlass.Float64))
+                b64.store(b_frag.load().to(cutlass.Float64))
+                for i in cutlass.range_constexpr(TM):
+                    for j in cutlass.range_constexpr(TN):
+                        acc[i, j] = acc[i, j] + a64[i] * b64[j]
+            else:
+                for i in cutlass.range_constexpr(TM):
+                    for j in cutlass.range_constexpr(TN):
+                        acc[i, j] = acc[i, j] + a_frag[i] * b_frag[j]
         cute.arch.sync_threads()
 
 
@@ -127,11 +139,11 @@ def _router_gemm_kernel(mX: cute.Tensor, mWr: cute.Tensor, mL: cute.Tensor):
     smem = cutlass.memory.SmemAllocator()
     sA = smem.allocate_tensor(cutlass.Float32, cute.make_layout((BK, BM), stride=(BM, 1)), byte_alignment=16)
     sB = smem.allocate_tensor(cutlass.Float32, cute.make_layout((BK, BN), stride=(BN, 1)), byte_alignment=16)
-    acc = cute.make_rmem_tensor(cute.make_layout((TM, TN)), cutlass.Float32)
+    acc = cute.make_rmem_tensor(cute.make_layout((TM, TN)), cutlass.Float64)
     acc.fill(0.0)
-    _mainloop(mX, mWr, mWr, sA, sB, acc, tidx, bm * BM, bn * BN, False)
+    _mainloop(mX, mWr, mWr, sA, sB, acc, tidx, bm * BM, bn * BN, False, True)
     col = bn * (BN // TN) + tx
-    o = cute.make_rmem_tensor(cute.make_layout(TN), cutlass.Float32)
+    o = cute.make_rmem_tensor(cute.make_layout(TN), cutlass.Float64)
     if col * TN < N:
         for i in cutlass.range_constexpr(TM):
             m = bm * BM + ty * TM + i
@@ -174,10 +186,10 @@ def _topk_gate_kernel(mL: cute.Tensor, mX: cute.Tensor, mSG: cute.Tensor, mTW: c
     d = mX.shape[1]
     per_lane = E // 32
     n_vec = d // (32 * vg)
-    neg_inf = cutlass.Float32(-float("inf"))
+    neg_inf = cutlass.Float64(-float("inf"))
     if row < T:  # warp-uniform
-        xo = cute.make_rmem_tensor((per_lane,), cutlass.Float32)
-        xm = cute.make_rmem_tensor((per_lane,), cutlass.Float32)
+        xo = cute.make_rmem_tensor((per_lane,), cutlass.Float64)
+        xm = cute.make_rmem_tensor((per_lane,), cutlass.Float64)
         for j in cutlass.range_constexpr(per_lane):
             xo[j] = mL[row, j * 32 + lane]
             xm[j] = xo[j]
@@ -202,7 +214,7 @@ def _topk_gate_kernel(mL: cute.Tensor, mX: cute.Tensor, mSG: cute.Tensor, mTW: c
                 my_v = bv
         e = cutlass.Float64(0.0)
         if lane < TOP_K:
-            e = cute.math.exp(my_v.to(cutlass.Float64) - row_max.to(cutlass.Float64))
+            e = cute.math.exp(my_v - row_max)
         denom = _warp_sum(e)
         if lane < TOP_K:
             mTW[row, lane] = (e / denom).to(cutlass.Float32)
@@ -275,7 +287,7 @@ def _compiled_for(t, d, e, inter):
         bf16, f32 = cutlass.BFloat16, cutlass.Float32
         fn = cute.compile(_moe_front,
                           fake(bf16, (t, d)), fake(bf16, (e, d)), fake(bf16, (inter, d)), fake(bf16, (inter, d)),
-                          fake(bf16, (d, inter)), fake(bf16, (1, d)), fake(f32, (t, e)), fake(f32, (t, TOP_K)),
+                          fake(bf16, (d, inter)), fake(bf16, (1, d)), fake(cutlass.Float64, (t, e)), fake(f32, (t, TOP_K)),
                           fake(cutlass.Int64, (t, TOP_K)), fake(f32, (t,)), fake(bf16, (t, inter)),
                           fake(bf16, (t, d)),
                           make_fake_stream(use_tvm_ffi_env_stream=True), options="--enable-tvm-ffi")
@@ -292,7 +304,7 @@ def solve(x, w_router, w_gate, w_up, w_down, w_shared_gate):
         raise ValueError(f"unsupported shape: d = {d}, E = {e}, intermediate {inter}")
     args = [a.contiguous() for a in (x, w_router, w_gate, w_up, w_down, w_shared_gate)]
     dev = x.device
-    logits = torch.empty((t, e), dtype=torch.float32, device=dev)
+    logits = torch.empty((t, e), dtype=torch.float64, device=dev)
     topk_weights = torch.empty((t, TOP_K), dtype=torch.float32, device=dev)
     topk_ids = torch.empty((t, TOP_K), dtype=torch.int64, device=dev)
     gate = torch.empty((t,), dtype=torch.float32, device=dev)

@@ -5,9 +5,11 @@ CTA tile 128 x 128, BK = 32, 256 threads each owning an 8 x 8 register block. Pe
 contiguous bf16 of A and of B (two 16-byte loads each), widens them to fp32 and stores them k-major in shared
 memory (2 x 16 KB); the inner loop reads 8 + 8 fp32 per k (16-byte shared loads) and does 64 FMAs. Rows past T
 (or N) are clamped on load and never stored.
- 1. router GEMM: logits [T, 512] fp32 (products of bf16 are exact in fp32, so this is the fp32 router).
+ 1. router GEMM: logits [T, 512] accumulated and kept in float64 (fragments widened, float64 FMAs): a
+    sequential fp32 sum over K = 2048 moved the renormalised weights by ~2x the comparator's allowance (6e-7);
+    float64 makes the logits (nearly) exact, as the float64 anchor has them.
  2. top-10 + shared gate, one warp per token: lane l holds experts l, l + 32, ... (16 logits); ten rounds of a
-    butterfly arg-max over (logit, expert id) (ties -> lower id; softmax is monotonic, so the order of the logits
+    butterfly arg-max over (float64 logit, expert id) (ties -> lower id; softmax is monotonic, so the order of the logits
     is the order of the probabilities); weight_i = exp(l_i - max) / sum over the ten chosen (float64: the softmax
     normaliser cancels in the renormalisation). The warp also forms the shared-expert gate
     bf16(sigmoid(bf16(x[t] . w_shared_gate))) (fp32 dot, butterfly sum) into an fp32 buffer.
@@ -32,8 +34,10 @@ FULL = 0xFFFFFFFF
 
 
 def _make_plain(t, n, k, gated):
-    """C = A @ B^T with A [t, k], B [n, k]. gated: out = bf16(G[m] * bf16(acc)) (bf16 [t, n]); else fp32 acc."""
-    out_dtype = "bfloat16" if gated else "float32"
+    """C = A @ B^T with A [t, k], B [n, k]. gated: fp32 acc, out = bf16(G[m] * bf16(acc)) (bf16 [t, n]);
+    else (the router) the fragments are widened to float64, float64 FMAs, float64 out."""
+    out_dtype = "bfloat16" if gated else "float64"
+    acc_dtype = "float32" if gated else "float64"
 
     @Tx.prim_func
     def plain_gemm(a_ptr: Tx.handle, b_ptr: Tx.handle, g_ptr: Tx.handle, o_ptr: Tx.handle):
@@ -46,11 +50,13 @@ def _make_plain(t, n, k, gated):
         tid = Tx.thread_id([NT])
         As = Tx.alloc_shared((BK, BM), "float32")
         Bs = Tx.alloc_shared((BK, BN), "float32")
-        acc = Tx.alloc_local((TM, TN), "float32")
+        acc = Tx.alloc_local((TM, TN), acc_dtype)
         a_ld = Tx.alloc_local((LD,), "bfloat16")
         b_ld = Tx.alloc_local((LD,), "bfloat16")
         a_frag = Tx.alloc_local((TM,), "float32")
         b_frag = Tx.alloc_local((TN,), "float32")
+        aw = Tx.alloc_local((TM,), acc_dtype)
+        bw = Tx.alloc_local((TN,), acc_dtype)
         ov = Tx.alloc_local((TN,), out_dtype)
         ty: Tx.let = tid // (BN // TN)
         tx: Tx.let = tid % (BN // TN)
@@ -60,7 +66,7 @@ def _make_plain(t, n, k, gated):
         b_row: Tx.let = Tx.min(bx * BN + r, n - 1)  # columns past N read a valid row, never stored
         for i in Tx.unroll(TM):
             for j in Tx.unroll(TN):
-                acc[i, j] = Tx.float32(0.0)
+                acc[i, j] = Tx.cast(Tx.float32(0.0), acc_dtype)
         for kt in range(k // BK):
             for hv8 in Tx.unroll(2):
                 for v in Tx.vectorized(8):
@@ -78,8 +84,12 @@ def _make_plain(t, n, k, gated):
                     for j in Tx.vectorized(4):
                         b_frag[hh * 4 + j] = Bs[kk, tx * TN + hh * 4 + j]
                 for i in Tx.unroll(TM):
+                    aw[i] = Tx.cast(a_frag[i], acc_dtype)
+                for j in Tx.unroll(TN):
+                    bw[j] = Tx.cast(b_frag[j], acc_dtype)
+                for i in Tx.unroll(TM):
                     for j in Tx.unroll(TN):
-                        acc[i, j] = acc[i, j] + a_frag[i] * b_frag[j]
+                        acc[i, j] = acc[i, j] + aw[i] * bw[j]
             Tx.cuda.cta_sync()
         col: Tx.let = bx * BN + tx * TN
         if col < n:
@@ -88,16 +98,17 @@ def _make_plain(t, n, k, gated):
                 if m < t:
                     for j in Tx.unroll(TN):
                         if gated:
-                            ov[j] = Tx.cast(Tx.cast(Tx.cast(acc[i, j], "bfloat16"), "float32") * G[m], "bfloat16")
+                            ov[j] = Tx.cast(Tx.cast(Tx.cast(acc[i, j], "bfloat16"), "float32") * G[m],
+                                            "bfloat16")
                         else:
                             ov[j] = acc[i, j]
                     if gated:
                         for j in Tx.vectorized(TN):
                             O[m, col + j] = ov[j]
                     else:
-                        for hh in Tx.unroll(2):
-                            for j in Tx.vectorized(4):
-                                O[m, col + hh * 4 + j] = ov[hh * 4 + j]
+                        for hh in Tx.unroll(4):
+                            for j in Tx.vectorized(2):
+                                O[m, col + hh * 2 + j] = ov[hh * 2 + j]
 
     return plain_gemm
 
@@ -110,7 +121,7 @@ def _make_topk(t, e, d):
     @Tx.prim_func
     def topk_gate(l_ptr: Tx.handle, x_ptr: Tx.handle, s_ptr: Tx.handle, w_ptr: Tx.handle, i_ptr: Tx.handle,
                   g_ptr: Tx.handle):
-        L = Tx.match_buffer(l_ptr, (t, e), "float32")
+        L = Tx.match_buffer(l_ptr, (t, e), "float64")
         X = Tx.match_buffer(x_ptr, (t, d), "bfloat16", align=16)
         SG = Tx.match_buffer(s_ptr, (1, d), "bfloat16", align=16)
         W = Tx.match_buffer(w_ptr, (t, TOP_K), "float32")
@@ -119,16 +130,16 @@ def _make_topk(t, e, d):
         Tx.device_entry()
         bx = Tx.cta_id([(t + WARPS - 1) // WARPS])
         tx = Tx.thread_id([WARPS * 32])
-        xm = Tx.alloc_local((per_lane,), "float32")
+        xm = Tx.alloc_local((per_lane,), "float64")
         xv = Tx.alloc_local((vg,), "bfloat16")
         wv = Tx.alloc_local((vg,), "bfloat16")
-        bv = Tx.alloc_local((1,), "float32")
+        bv = Tx.alloc_local((1,), "float64")
         bi = Tx.alloc_local((1,), "int32")
-        ov = Tx.alloc_local((1,), "float32")
+        ov = Tx.alloc_local((1,), "float64")
         oi = Tx.alloc_local((1,), "int32")
         my_id = Tx.alloc_local((1,), "int32")
-        my_v = Tx.alloc_local((1,), "float32")
-        row_max = Tx.alloc_local((1,), "float32")
+        my_v = Tx.alloc_local((1,), "float64")
+        row_max = Tx.alloc_local((1,), "float64")
         ex = Tx.alloc_local((1,), "float64")
         den = Tx.alloc_local((1,), "float64")
         part = Tx.alloc_local((1,), "float32")
@@ -139,8 +150,8 @@ def _make_topk(t, e, d):
             for j in Tx.unroll(per_lane):
                 xm[j] = L[row, j * 32 + lane]
             my_id[0] = 0
-            my_v[0] = Tx.float32("-inf")
-            row_max[0] = Tx.float32("-inf")
+            my_v[0] = Tx.float64("-inf")
+            row_max[0] = Tx.float64("-inf")
             for k in Tx.unroll(TOP_K):
                 bv[0] = xm[0]
                 bi[0] = lane
@@ -156,7 +167,7 @@ def _make_topk(t, e, d):
                         bi[0] = oi[0]
                 for j in Tx.unroll(per_lane):
                     if j * 32 + lane == bi[0]:
-                        xm[j] = Tx.float32("-inf")
+                        xm[j] = Tx.float64("-inf")
                 if k == 0:
                     row_max[0] = bv[0]
                 if lane == k:
@@ -164,7 +175,7 @@ def _make_topk(t, e, d):
                     my_v[0] = bv[0]
             ex[0] = Tx.float64(0.0)
             if lane < TOP_K:
-                ex[0] = Tx.exp(Tx.cast(my_v[0], "float64") - Tx.cast(row_max[0], "float64"))
+                ex[0] = Tx.exp(my_v[0] - row_max[0])
             den[0] = ex[0]
             for s in Tx.unroll(5):
                 den[0] = den[0] + Tx.tvm_warp_shuffle_xor(FULL, den[0], 16 >> s, 32, 32)
@@ -290,7 +301,7 @@ def solve(x, w_router, w_gate, w_up, w_down, w_shared_gate):
     x, w_router, w_gate, w_up, w_down, w_shared_gate = (
         a.contiguous() for a in (x, w_router, w_gate, w_up, w_down, w_shared_gate))
     dev = x.device
-    logits = torch.empty((t, e), dtype=torch.float32, device=dev)
+    logits = torch.empty((t, e), dtype=torch.float64, device=dev)
     topk_weights = torch.empty((t, TOP_K), dtype=torch.float32, device=dev)
     topk_ids = torch.empty((t, TOP_K), dtype=torch.int64, device=dev)
     gate = torch.empty((t,), dtype=torch.float32, device=dev)
