@@ -2,8 +2,8 @@
 
 Instead of a CTA whose slot_mapping[t] is -1 writing nothing, the kernel clamps the slot to 0 ("the null slot";
 vLLM's block pool reserves block 0, so writes there are assumed harmless) and writes the padding token's [c_kv ;
-k_pe], fp8 indexer key and scale into cache row 0. Here page 0 is an ordinary page of the pool (often holding a
-request's cached prefix), and the caches are mutated inputs compared in full: every entry the problem does not
+k_pe], fp8 indexer key and scale into cache row 0. Here page 0 is an ordinary page of the pool (in use by a
+request about half the time), and the caches are mutated inputs compared in full: every entry the problem does not
 write must stay unchanged.
 
 Expected: wrong/mismatch
