@@ -285,7 +285,7 @@ def _():
     audit = LaunchGate(mode="run", audit=True)
     ADAPTER.install_hooks(audit)
     mod.solve(x, b)
-    shots = [[list(t.shape) for t in shot] for shot in audit.audited]
+    shots = [[list(t.shape) for t in shot.before] for shot in audit.audited]
     return {"same_gate_twice": once, "old_after_switch": old.launches, "new": new.launches, "patched_fn": wrapped,
             "audited": shots}
 

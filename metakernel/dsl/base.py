@@ -12,6 +12,21 @@ from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass
+class AuditedLaunch:
+    """One launch of an audit call, as the grader's token audit reads it.
+
+    Copies of its tensor arguments before it ran and, where the route has an after-hook, after it returned; where
+    those arguments live; and the compiled unit it ran.
+    """
+
+    before: list[Any]
+    unit: tuple[str, ...]
+    addresses: list[int]
+    after: list[Any] | None = None
+    live: list[Any] = field(default_factory=list, repr=False)  # the arguments themselves, until after_launch
+
+
+@dataclass
 class LaunchGate:
     """What the launch hooks consult and update on every DSL kernel launch.
 
@@ -21,8 +36,8 @@ class LaunchGate:
       - "intercept": count it and do NOT launch (dry run on a CPU machine, after compilation succeeded).
     `kernel_names` collects the device-function names of launched kernels, for profiler attribution.
     `audit`: copy every launch's tensor arguments before it runs (token kernels are handed the answer), and again
-    after it returned (`audited_after`, None where a route has no after-hook), so the grader can tell an answer
-    handed in from one an earlier DSL launch of the same call computed.
+    after it returned (`AuditedLaunch.after`, None where a route has no after-hook), so the grader can tell an
+    answer handed in from one an earlier DSL launch of the same call computed.
     `randomize`: the dependency ablation. Before each launch its tensor arguments are overwritten with random
     values (floats) or shuffled (integers, so indices stay in range); after it, every argument the launch did not
     write gets its values back (`after_launch`), so eager code after the launch sees the true inputs. If the
@@ -38,16 +53,12 @@ class LaunchGate:
     suppressed: int = 0
     kernel_names: set[str] = field(default_factory=set)
     audit: bool = False
-    audited: list[Any] = field(default_factory=list)
-    audited_after: list[Any] = field(default_factory=list)
-    audited_units: list[tuple[str, ...]] = field(default_factory=list)
-    audited_ptrs: list[list[int]] = field(default_factory=list)
+    audited: list[AuditedLaunch] = field(default_factory=list)
     randomize: bool = False
     randomized: int = 0
     only: frozenset[str] | None = None
     units: set[tuple[str, ...]] = field(default_factory=set)
     _restore: list[Any] = field(default_factory=list)
-    _audit_live: list[Any] | None = None
 
     def should_launch(self, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None,
                       names: tuple[str, ...] | frozenset[str] = ()) -> bool:
@@ -63,11 +74,8 @@ class LaunchGate:
         targeted = self.only is None or bool(self.only.intersection(unit))
         if self.audit:
             live = _tensors(args, kwargs or {})
-            self.audited.append([t.detach().clone() for t in live])
-            self.audited_after.append(None)
-            self.audited_units.append(unit)
-            self.audited_ptrs.append([t.data_ptr() for t in live])
-            self._audit_live = live
+            self.audited.append(AuditedLaunch([t.detach().clone() for t in live], unit,
+                                              [t.data_ptr() for t in live], live=live))
         if self.randomize and self.mode == "run" and targeted:
             self._perturb(args, kwargs or {})
         if self.mode == "run" or (self.mode == "suppress" and not targeted):
@@ -82,13 +90,14 @@ class LaunchGate:
         only reads (a sentinel that would reveal the ablation) looks untouched; what the kernel wrote stays.
         In an audit call, the launch's tensor arguments are copied once it finished.
         """
-        if self.audit and self.audited_after and self.audited_after[-1] is None and self._audit_live is not None:
+        last = self.audited[-1] if self.audit and self.audited else None
+        if last is not None and last.after is None and last.live:
             import torch
 
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
-            self.audited_after[-1] = [t.detach().clone() for t in self._audit_live]
-            self._audit_live = None
+            last.after = [t.detach().clone() for t in last.live]
+            last.live = []
         if not self._restore:
             return
         import torch
@@ -125,10 +134,6 @@ class LaunchGate:
         self.launches = 0
         self.suppressed = 0
         self.audited = []
-        self.audited_after = []
-        self.audited_units = []
-        self.audited_ptrs = []
-        self._audit_live = None
         self.randomized = 0
         self.units = set()
         self._restore = []
@@ -149,11 +154,6 @@ def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         if tensor is not None:
             out.append(tensor)
     return out
-
-
-def _tensor_snapshot(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
-    """Copies of the torch tensors among a launch's arguments."""
-    return [t.detach().clone() for t in _tensors(args, kwargs)]
 
 
 @runtime_checkable

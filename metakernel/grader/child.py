@@ -471,16 +471,17 @@ class Child:
             def wanted(t: Any) -> bool:
                 return any(n <= t.nbytes <= n + max(256, n // 100) for n in sizes)
 
-            reply["audited"] = [[transport.pack_value(t.cpu(), out_blobs) for t in launch if wanted(t)]
-                                for launch in self.gate.audited]
-            # the same arguments once the launch finished (None: the route has no after-hook)
-            reply["audited_after"] = [
-                None if after is None else
-                [transport.pack_value(t.cpu(), out_blobs) for t, b in zip(after, before, strict=False) if wanted(b)]
-                for before, after in zip(self.gate.audited, self.gate.audited_after, strict=False)]
-            reply["audited_ptrs"] = [[p for t, p in zip(launch, ptrs, strict=False) if wanted(t)]
-                                     for launch, ptrs in zip(self.gate.audited, self.gate.audited_ptrs, strict=False)]
-            reply["audited_units"] = [list(u) for u in self.gate.audited_units]
+            def pack(tensors: list[Any], keep: list[int]) -> list[Any]:
+                return [transport.pack_value(tensors[i].cpu(), out_blobs) for i in keep]
+
+            audited = []
+            for launch in self.gate.audited:
+                keep = [i for i, t in enumerate(launch.before) if wanted(t)]
+                audited.append({"before": pack(launch.before, keep), "unit": list(launch.unit),
+                                "addresses": [launch.addresses[i] for i in keep],
+                                # the same arguments once the launch finished (None: the route has no after-hook)
+                                "after": None if launch.after is None else pack(launch.after, keep)})
+            reply["audited"] = audited
             reply["randomized"] = self.gate.randomized
         if self.gate is not None and mode == "randomize":
             reply["randomized"] = self.gate.randomized

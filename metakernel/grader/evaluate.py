@@ -401,17 +401,13 @@ class Evaluation:
         from metakernel.grader.tokens import same_bytes, token_output, token_pair
 
         blobs = reply["_blobs"]
-        befores = reply.get("audited") or []
-        afters = reply.get("audited_after") or []
-        ptrs = reply.get("audited_ptrs") or []
-        units = reply.get("audited_units") or []
         written: dict[int, tuple[Any, tuple[str, ...]]] = {}  # address -> (what a launch left there, its unit)
-        for launch, specs in enumerate(befores):
-            before = [unpack_value(spec, blobs).to(self.device) for spec in specs]
-            addresses = ptrs[launch] if launch < len(ptrs) else [None] * len(before)
+        for launch, record in enumerate(reply.get("audited") or []):
+            before = [unpack_value(spec, blobs).to(self.device) for spec in record["before"]]
+            addresses = record["addresses"]
             args = []
-            for arg, address in zip(before, addresses, strict=False):
-                producer = written.get(address) if address is not None else None
+            for arg, address in zip(before, addresses, strict=True):
+                producer = written.get(address)
                 if producer is not None and same_bytes(arg, producer[0]):
                     name = token_output(arg, inputs, expected, self.problem.mutates)
                     if name is not None:
@@ -431,13 +427,11 @@ class Evaluation:
                          f"{self.dsl} launch {launch + 1} was handed output {name} split over two arguments (their "
                          "bytes XOR to the finished value) before it ran: the DSL kernel does no work the answer "
                          "depends on")
-            after_specs = afters[launch] if launch < len(afters) else None
-            if after_specs is not None:
-                unit = tuple(units[launch]) if launch < len(units) else ()
-                for b, spec, address in zip(before, after_specs, addresses, strict=False):
+            if record["after"] is not None:
+                for b, spec, address in zip(before, record["after"], addresses, strict=True):
                     left = unpack_value(spec, blobs).to(self.device)
-                    if address is not None and not same_bytes(left, b):
-                        written[address] = (left, unit)
+                    if not same_bytes(left, b):
+                        written[address] = (left, tuple(record["unit"]))
 
     def timing(self) -> None:
         checker = Checker()
