@@ -463,17 +463,10 @@ def _missing(df: pd.DataFrame, p: pd.DataFrame, standing_notes: Sequence[str]) -
 
 def _floor_paragraphs() -> list[str]:
     """The DSLs' launch floors measured per GPU (metakernel.floors): the least an end-to-end time can be."""
-    import json
+    from metakernel.floors import measured
 
-    from metakernel.floors import DATA, floors_for
-
-    try:
-        gpus = sorted(json.loads(DATA.read_text(encoding="utf-8"))) if DATA.is_file() else []
-    except ValueError:
-        gpus = []
     out = []
-    for gpu in gpus:
-        routes = floors_for(gpu)
+    for gpu, routes in sorted(measured().items()):
         if routes:
             listed = ", ".join(f"{route} {us:.1f} us" for route, us in routes.items())
             out.append(f"Launch floor on {gpu} (a trivial kernel through the grader's bracket, "

@@ -15,14 +15,19 @@ from typing import Any
 DATA = Path(__file__).with_name("floors.json")
 
 
-def floors_for(gpu: str | None, path: Path | None = None) -> dict[str, float]:
-    """Route -> floor in µs measured on `gpu` (its torch device name), or {} when never measured there."""
+def measured(path: Path | None = None) -> dict[str, dict[str, float]]:
+    """GPU name -> route -> floor in µs, for every GPU measured ({} when nothing was)."""
     source = path or DATA
-    if not gpu or not source.is_file():
+    if not source.is_file():
         return {}
     try:
         known: dict[str, Any] = json.loads(source.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-    entry = known.get(gpu) or {}
-    return {route: float(us) for route, us in entry.items() if isinstance(us, (int, float)) and route != "revision"}
+    return {gpu: {route: float(us) for route, us in entry.items() if isinstance(us, (int, float))
+                  and route != "revision"} for gpu, entry in known.items() if isinstance(entry, dict)}
+
+
+def floors_for(gpu: str | None, path: Path | None = None) -> dict[str, float]:
+    """Route -> floor in µs measured on `gpu` (its torch device name), or {} when never measured there."""
+    return measured(path).get(gpu, {}) if gpu else {}

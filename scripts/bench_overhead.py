@@ -55,9 +55,9 @@ FLOOR_ROUTES = {"cute (TVM-FFI)": "cute_ffi.py", "cute (from_dlpack)": "cute_dlp
 FLOORS_DATA = Path(__file__).resolve().parents[1] / "metakernel" / "floors.json"
 
 
-def _floor_problem() -> Any:
-    """scripts/floors/problem.py, loaded from disk like a problem file."""
-    spec = importlib.util.spec_from_file_location("floor_problem", FLOORS / "problem.py")
+def _load(path: str | Path, name: str) -> Any:
+    """A module imported from its file (DSLs read kernel source from files: import it from disk, as the child does)."""
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -123,18 +123,14 @@ def plain_bracket(number: int | str, target: str, draws: int, device: str, layer
     unknown = wanted - set(LAYERS)
     if unknown:
         raise SystemExit(f"unknown layer(s) {sorted(unknown)}: choose from {LAYERS}")
-    problem: Any = load_catalog().problem(number) if number != FLOOR else _floor_problem()
+    problem: Any = load_catalog().problem(number) if number != FLOOR else _load(FLOORS / "problem.py", "floor_problem")
     if "gate" in wanted and target == "eager":
         raise SystemExit("the launch gate needs a kernel file and its --dsl, not the eager reference")
     gate, (counts, window) = _add_layers(wanted, dsl, target)
     if target == "eager":
         fn = problem.reference
     else:
-        spec = importlib.util.spec_from_file_location("plain_kernel", target)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)  # DSLs read kernel source from files: import it from disk, as the child does
-        fn = module.solve
+        fn = _load(target, "plain_kernel").solve
 
     def sync() -> None:
         if device == "cuda":

@@ -195,7 +195,7 @@ def make_plan(work: Path, *, extra_binds: list[str] | None = None, mode: str | N
     # kernel, and would see other children's folders. Such folders are not bound.
     private = [str(work.resolve()), os.path.realpath(tempfile.gettempdir())]
     binds = [b for b in binds if not any(_under(p, [b]) for p in private)]
-    links = {k: v for k, v in links.items() if _under(v, binds) or not any(_under(p, [v]) for p in private)}
+    links = {k: v for k, v in links.items() if not any(_under(p, [v]) for p in private)}
     uid = UID_BASE + secrets.randbelow(UID_SPAN)
     plan = Plan(mode=mode, work=str(work), root=str(root), binds=binds, links=links, uid=uid, gid=uid,
                 allow_unsandboxed=opted_out() if allow_unsandboxed is None else allow_unsandboxed)
