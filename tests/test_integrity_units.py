@@ -90,6 +90,25 @@ def test_randomize_ablation_restores_what_the_launch_did_not_write():
     assert torch.equal(read, before) and torch.equal(written, result)
 
 
+def test_a_suppressed_launch_garbles_what_it_would_have_written_but_not_the_inputs():
+    """Suppression must not leave an output buffer as the allocator handed it out: memory that held an eager
+    answer (a temporary freed just before) then reads as "correct with the DSL suppressed" on some runs and not on
+    others (a CI run saw `dsl_unused` where the audit's `dsl_token` was due). Problem inputs keep their values."""
+    torch.manual_seed(4)
+    x, answer = torch.randn(32, 16), torch.randn(32, 16)
+    stale, ids = answer.clone(), torch.arange(512, dtype=torch.int32)
+    gate = LaunchGate(mode="suppress", protected=frozenset({x.untyped_storage().data_ptr()}))
+    assert not gate.should_launch((x[1:], stale, ids), names=("k",))
+    assert torch.equal(x[1:], x[1:].clone()) and gate.suppressed == 1
+    kept = x.clone()
+    gate.should_launch((x, stale, ids), names=("k",))
+    assert torch.equal(x, kept)  # an input (or a view of one) is never garbled
+    assert not torch.isclose(stale, answer).any() and not torch.equal(ids, torch.arange(512, dtype=torch.int32))
+    untouched = answer.clone()
+    LaunchGate(mode="intercept").should_launch((untouched,), names=("k",))
+    assert torch.equal(untouched, answer)  # the CPU dry run only compiles
+
+
 def test_only_type_expressions_may_be_compiled_from_strings():
     """The audit hook's rule for strings compiled after the kernel's import (typing resolving annotations)."""
     for ok in ("int", "cute.Tensor", "list[int] | None", "cutlass.Constexpr[int]", "'Tensor'"):

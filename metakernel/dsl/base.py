@@ -32,7 +32,10 @@ class LaunchGate:
 
     mode:
       - "run": launch normally and count it.
-      - "suppress": count it but do NOT launch (ablation: outputs must then be wrong).
+      - "suppress": count it but do NOT launch (ablation: outputs must then be wrong). Its tensor arguments that
+        are not problem inputs (`protected`) get random values instead, as if a kernel had written garbage: left
+        alone, an output buffer can hold an answer eager code computed in memory the allocator handed out again,
+        and the verdict would depend on the allocator (a CI run read such stale memory as "outputs correct").
       - "intercept": count it and do NOT launch (dry run on a CPU machine, after compilation succeeded).
     `kernel_names` collects the device-function names of launched kernels, for profiler attribution.
     `audit`: copy every launch's tensor arguments before it runs (token kernels are handed the answer), and again
@@ -58,6 +61,7 @@ class LaunchGate:
     randomized: int = 0
     only: frozenset[str] | None = None
     units: set[tuple[str, ...]] = field(default_factory=set)
+    protected: frozenset[int] = frozenset()  # storage addresses of the problem inputs (never poisoned)
     _restore: list[Any] = field(default_factory=list)
 
     def should_launch(self, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None,
@@ -81,7 +85,24 @@ class LaunchGate:
         if self.mode == "run" or (self.mode == "suppress" and not targeted):
             return True
         self.suppressed += 1
+        if self.mode == "suppress":
+            self._garble(args, kwargs or {})
         return False
+
+    def _garble(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        import torch
+
+        for tensor in _tensors(args, kwargs):
+            if tensor.numel() == 0 or tensor.untyped_storage().data_ptr() in self.protected:
+                continue
+            if tensor.is_floating_point():
+                tensor.copy_(torch.randn(tensor.shape, device=tensor.device).to(tensor.dtype))
+            elif tensor.dtype == torch.bool:
+                tensor.copy_(torch.rand(tensor.shape, device=tensor.device) < 0.5)
+            else:
+                info = torch.iinfo(tensor.dtype)
+                tensor.copy_(torch.randint(max(info.min, -2**31), min(info.max, 2**31 - 1), tensor.shape,
+                                           device=tensor.device, dtype=torch.int64).to(tensor.dtype))
 
     def after_launch(self) -> None:
         """Called by the hooks once a launch returned: give back the values of every argument it did not write.

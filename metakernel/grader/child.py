@@ -431,6 +431,9 @@ class Child:
             self.gate.only = frozenset(str(n) for n in only) if only else None
         steps = {"enter": _perf()}  # where a request's time goes (diagnostics only: never scored)
         inputs = self.inputs(msg["inputs"], blobs)
+        if self.gate is not None:
+            self.gate.protected = frozenset(x.untyped_storage().data_ptr() for x in inputs
+                                            if isinstance(x, self.torch.Tensor))
         self.poison(int(msg.get("poison", 0)), int(msg.get("pattern", 0xFF)))
         steps["inputs_poison"] = _perf()
         if self.device == "cuda":
