@@ -36,6 +36,10 @@ def test_gold_passes_the_dry_run(sol):
     report = dry_run(load_catalog().problem(sol.number), sol.dsl, sol.path)
     assert report.status == "passed", report.agent_text()
     assert (report.launches_per_call or 0) >= 1
+    # the resource table, read from the sm_90a cubins (TIRx's need the CUDA toolkit .ci/run checks for)
+    assert report.resources and all(r["registers"] > 0 for r in report.resources), report.agent_text()
+    text = report.agent_text()
+    assert "kernel resources" in text and len(text.encode()) < 4096, text
 
 
 #: Reasons a dry run can show (before or without values). The other wrong files (mismatch, token, share, timing,

@@ -205,6 +205,10 @@ class DslAdapter(Protocol):
         """Strip ANSI codes and DSL noise (NVRTC fp8-header warnings, MLIR dumps) from an error for an agent."""
         ...
 
+    def resources(self) -> list[dict[str, Any]]:
+        """In a dry run: what each kernel compiled since the last call asks of an SM (`KernelResources` rows)."""
+        ...
+
     def guide(self) -> str:
         """Markdown for the prompt: how to write `solve` in this DSL for this harness, with a tiny example."""
         ...

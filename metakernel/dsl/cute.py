@@ -37,8 +37,10 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
 import os
 import re
+import struct
 import sys
 import threading
 import types
@@ -63,6 +65,8 @@ class _State:
         self.shims: list[tuple[Any, str, Any]] = []
         self.installed = False
         self.cpu_shims = False
+        self.cubins: list[str] = []  # hashes of the cubins intercepted since `take_resources`
+        self.parsed: dict[str, list[Any]] = {}
 
 
 _STATE = _State()
@@ -116,8 +120,10 @@ def _gated(original: Callable[..., Any], skipped: Any, validate: Callable[..., N
         if names:
             gate.kernel_names.update(names)
         if not gate.should_launch(args, kwargs, names or ()):
-            if validate is not None and gate.mode == "intercept":
-                validate(self, args, kwargs)
+            if gate.mode == "intercept":
+                _note_cubin(self)
+                if validate is not None:
+                    validate(self, args, kwargs)
             return skipped
         _TLS.depth = depth + 1
         try:
@@ -128,6 +134,40 @@ def _gated(original: Callable[..., Any], skipped: Any, validate: Callable[..., N
 
     setattr(gated, _MARK, original)
     return gated
+
+
+def _note_cubin(obj: Any) -> None:
+    """Remember the cubin a dry run's intercepted function was built into.
+
+    CUTE_DSL_KEEP=cubin keeps it: the bytes themselves on the TVM-FFI route, a file path on others.
+    """
+    compiled = getattr(obj, "_compiled", obj)
+    cubin = getattr(getattr(compiled, "artifacts", None), "CUBIN", None)
+    if isinstance(cubin, str) and os.path.isfile(cubin):
+        with open(cubin, "rb") as f:
+            cubin = f.read()
+    if isinstance(cubin, (bytes, bytearray)):
+        key = hashlib.sha256(cubin).hexdigest()
+        if key not in _STATE.parsed:
+            _STATE.parsed[key] = _parse_cubin(bytes(cubin))
+        if key not in _STATE.cubins:
+            _STATE.cubins.append(key)
+
+
+def _parse_cubin(cubin: bytes) -> list[Any]:
+    from metakernel.dsl.resources import from_cubin
+
+    try:
+        return from_cubin(cubin)
+    except (ValueError, IndexError, struct.error):
+        return []  # an unreadable cubin only loses the table, never the check
+
+
+def take_resources() -> list[dict[str, Any]]:
+    """Resource rows of the kernels intercepted since the last call (the dry run's table)."""
+    rows = [k.as_dict() for key in _STATE.cubins for k in _STATE.parsed.get(key, [])]
+    _STATE.cubins = []
+    return rows
 
 
 def _validate_execution_args(obj: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -485,15 +525,22 @@ class CuteAdapter:
 
         Nothing else is needed on either machine: the wheel carries its own compiler and CUDA runtime pieces, the
         TVM-FFI route needs only the installed `apache-tvm-ffi`, and the CPU dry-run shims are switched on by the
-        absence of CUDA, not by the environment.
+        absence of CUDA, not by the environment. A dry run also keeps each compiled kernel's cubin
+        (`CUTE_DSL_KEEP=cubin`, into a temp folder of the child's) for the check's resource table.
         """
-        del dry_run  # same environment: the arch is what matters
-        return {"CUTE_DSL_ARCH": ARCH}
+        env = {"CUTE_DSL_ARCH": ARCH}
+        if dry_run:
+            env["CUTE_DSL_KEEP"] = "cubin"  # the check's resource table reads each kernel's cubin
+        return env
 
     def import_dsl(self) -> None:
         """Import `cutlass.cute` and the executor modules the hooks patch (~2-4 s cold)."""
         for key, value in self.environment(dry_run=False).items():
             os.environ.setdefault(key, value)
+        if os.environ.get("CUTE_DSL_KEEP") and not os.environ.get("CUTE_DSL_DUMP_DIR"):
+            import tempfile
+
+            os.environ["CUTE_DSL_DUMP_DIR"] = tempfile.mkdtemp(prefix="cute-cubins-")  # default: the cwd
         import cutlass  # noqa: F401
         import cutlass.cute  # noqa: F401
         import cutlass.cute.runtime  # noqa: F401
@@ -527,6 +574,13 @@ class CuteAdapter:
         frame, and the error message, notes and suggestions.
         """
         return clean_error_text(text)
+
+    def resources(self) -> list[dict[str, Any]]:
+        """The dry run's resource rows: each kernel compiled for a launch intercepted since the last call.
+
+        Registers, stack, shared memory, block size and occupancy (metakernel.dsl.resources).
+        """
+        return take_resources()
 
     def guide(self) -> str:
         """The agent-facing guide, docs/guides/cute.md (shipped in wheels as package data)."""

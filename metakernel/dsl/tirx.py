@@ -33,6 +33,7 @@ import hashlib
 import os
 import re
 import shutil
+import struct
 import sys
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,8 @@ class _HookState:
         self.orig_get_function: Any = None
         self.orig_time_evaluator: Any = None
         self.device_checked: dict[str, BaseException | None] = {}
+        self.resources: dict[str, list[Any]] = {}  # source hash -> its kernels' KernelResources (dry run)
+        self.used: list[str] = []  # source hashes compiled or met since `take_resources`
 
 
 _STATE = _HookState()
@@ -150,16 +153,35 @@ def _device_compile_check(mod: Any) -> None:
                 import tvm
                 from tvm.support import nvcc as tvm_nvcc
 
-                fmt = "cubin" if mode == "nvrtc" else "fatbin"
                 with tvm.target.Target({"kind": "cuda", "arch": arch}):  # nvcc reads the arch from the scope
-                    tvm_nvcc.compile_cuda(src, target_format=fmt, compiler=mode)
+                    binary = tvm_nvcc.compile_cuda(src, target_format="cubin", compiler=mode)
+                _STATE.resources[key] = _cubin_resources(binary)
             except Exception as e:  # noqa: BLE001
                 err = e
             _STATE.device_checked[key] = err
+        if key not in _STATE.used:
+            _STATE.used.append(key)
         cached = _STATE.device_checked[key]
         if cached is not None:
             text = str(cached).replace(src, f"[generated CUDA source, {src.count(chr(10)) + 1} lines, omitted]\n")
             raise RuntimeError(f"CUDA device compilation ({mode}, {arch}) failed:\n{text}") from None
+
+
+def _cubin_resources(binary: Any) -> list[Any]:
+    """The kernels of one compiled module (an unreadable cubin only loses the table, never the check)."""
+    from metakernel.dsl.resources import from_cubin
+
+    try:
+        return from_cubin(bytes(binary))
+    except (ValueError, IndexError, struct.error):
+        return []
+
+
+def take_resources() -> list[dict[str, Any]]:
+    """Resource rows of the kernels compiled or reused since the last call (the dry run's table)."""
+    rows = [k.as_dict() for key in _STATE.used for k in _STATE.resources.get(key, [])]
+    _STATE.used = []
+    return rows
 
 
 class GatedFunction:
@@ -530,6 +552,13 @@ class TirxAdapter:
     def clean_error(self, text: str) -> str:
         """Strip ANSI codes, CUDA-header warnings, tvm-internal frames, IR and CUDA source dumps."""
         return clean_error_text(text)
+
+    def resources(self) -> list[dict[str, Any]]:
+        """The dry run's resource rows: each kernel compiled for a launch intercepted since the last call.
+
+        Registers, stack, shared memory, block size and occupancy (metakernel.dsl.resources).
+        """
+        return take_resources()
 
     def guide(self) -> str:
         """The agent-facing guide, docs/guides/tirx.md (METAKERNEL_GUIDES_DIR overrides the folder)."""

@@ -469,6 +469,8 @@ class Child:
         steps["export"] = _perf()
         if self.device == "cpu":
             reply["inputs_after"] = [transport.pack_value(x, out_blobs) for x in inputs]
+        if mode == "intercept" and self.adapter is not None:
+            reply["resources"] = self.adapter.resources()  # the check's table: what each kernel asks of an SM
         if self.gate is not None and mode == "audit":
             sizes = list(msg.get("audit_bytes") or [])  # only arguments about the size of an output in bytes (or
             # padded by a little), whatever their dtype, can hold one: others (caches, weights) stay here

@@ -248,6 +248,7 @@ class Evaluation:
             self.end(status, "compile" if status == "compile_error" else "full_scale",
                      f"at the full-scale shapes (the ones the GPU runs; the small-scale call passed), solve "
                      f"raised:\n{error}")
+        self.report.resources = reply.get("resources") or self.report.resources  # what the GPU will run
         out = self.worker.outputs(reply["out"], reply["_blobs"])
         try:  # the child was sent copies: `inputs` are as drawn
             with torch.no_grad():
@@ -748,6 +749,7 @@ def dry_run(problem: Problem, dsl: str, kernel: Path, timeout_s: float = 300.0) 
         inputs = ev.draw()
         expected_structure = compute_expected(problem, inputs).returned
         reply, _, out = ev.call(inputs, mode="intercept")
+        ev.report.resources = reply.get("resources") or []
         if not reply.get("launches"):
             ev.end("rule_violation", "no_dsl_launch", f"solve launched no {dsl} kernel")
         mismatch = structure_mismatch_safe(out, expected_structure)

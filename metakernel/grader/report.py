@@ -74,6 +74,9 @@ class GradeReport:
     roofline_fraction: float | None = None
     # the DSL's launch floor on this GPU (metakernel.floors; route -> us, with eager's), when it was measured
     launch_floor_us: dict[str, float] | None = None
+    # the free check: per kernel compiled for sm_90a, registers, stack, shared memory, block size, occupancy
+    # (metakernel.dsl.resources), at the full-scale shapes where the trace reached them, else the small ones
+    resources: list[dict[str, Any]] = field(default_factory=list)
     integrity: list[str] = field(default_factory=list)
     rechecks: int = 0  # timed and profiled draws compared after they returned (chosen at random, >= a fifth)
     seed: int | None = None  # the seed of the draw a `wrong` was found on (timing.seeded_draw reproduces it)
@@ -118,6 +121,12 @@ class GradeReport:
             if self.launch_floor_us:
                 routes = ", ".join(f"{route} {us:.1f} us" for route, us in self.launch_floor_us.items())
                 lines.append(f"launch floor on this GPU (a trivial kernel, same bracket): {routes}")
+        if self.resources:
+            from metakernel.dsl.resources import table
+
+            lines.append(table(self.resources[:12]))
+            if len(self.resources) > 12:
+                lines.append(f"  ... and {len(self.resources) - 12} more kernels")
         for flag in self.integrity:
             lines.append(f"timing flag: {flag}")
         if self.isolation and self.isolation.get("mode") == "none":

@@ -1,0 +1,185 @@
+"""What each compiled kernel asks of an H200 SM, read from the sm_90a cubin the DSL built on the CPU.
+
+The free check compiles for sm_90a without a GPU; the cubin already says what the GPU will give each block:
+registers per thread, the local-memory stack frame (register spills or local arrays), static shared memory and,
+where the kernel fixed it, the block size. From those, the blocks an SM can hold and the occupancy they allow.
+A choice such as 1024 threads per block or a 64 KB tile is then a number before a paid submission, not a guess.
+
+Parsed straight from the ELF (no CUDA tool needed): `.text.<kernel>` carries the register count in the top byte of
+its section header's `sh_info`, `.nv.shared.<kernel>` is the static shared memory, and the `.nv.info` attribute
+records carry the frame size (EIATTR_FRAME_SIZE) and the fixed block size (EIATTR_REQNTID / EIATTR_MAX_THREADS).
+Dynamic shared memory is set at launch (CuTe's SmemAllocator sizes it from the kernel's allocations), so it is not
+in the cubin: the occupancy shown counts registers, threads and static shared memory, and says so.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import asdict, dataclass
+from typing import Any
+
+#: sm_90 (H100/H200) per-SM limits, CUDA C Programming Guide, compute capability 9.0.
+SM90 = {"regs": 65536, "warps": 64, "blocks": 32, "smem": 233472, "smem_reserved": 1024, "reg_unit": 256}
+
+_EIATTR_REQNTID, _EIATTR_MAX_THREADS, _EIATTR_FRAME_SIZE, _EIATTR_REGCOUNT = 0x10, 0x05, 0x11, 0x2F
+
+
+@dataclass
+class KernelResources:
+    """One kernel as the cubin describes it (None: not fixed at compile time)."""
+
+    name: str
+    registers: int
+    stack_bytes: int  # local memory per thread: spills or local arrays
+    static_smem: int
+    threads: int | None  # the block size the kernel was compiled for, where it fixed one
+    blocks_per_sm: int | None = None
+    occupancy: float | None = None  # resident warps / 64, from registers, threads and static shared memory
+    limited_by: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form (what the child sends and the report keeps)."""
+        return asdict(self)
+
+
+def _sections(data: bytes) -> dict[str, tuple[int, int, int, int]]:
+    """Map each section's name to (type, offset, size, info), for every section of an ELF64 little-endian file."""
+    if data[:4] != b"\x7fELF" or data[4] != 2:
+        raise ValueError("not a 64-bit ELF file (cubin)")
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    headers = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    names_at = headers[shstrndx][4]
+    out = {}
+    for name_off, kind, _flags, _addr, offset, size, _link, info, _align, _entsize in headers:
+        end = data.index(b"\0", names_at + name_off)
+        out[data[names_at + name_off:end].decode(errors="replace")] = (kind, offset, size, info)
+    return out
+
+
+def _attributes(blob: bytes) -> list[tuple[int, bytes]]:
+    """(attribute, payload) records of an `.nv.info` section: format byte, attribute byte, then the payload."""
+    out, i = [], 0
+    while i + 2 <= len(blob):
+        fmt, attr = blob[i], blob[i + 1]
+        i += 2
+        if fmt == 0x04:  # EIFMT_SVAL: u16 size, then that many bytes
+            size, = struct.unpack_from("<H", blob, i)
+            out.append((attr, blob[i + 2:i + 2 + size]))
+            i += 2 + size
+        elif fmt == 0x03:  # EIFMT_HVAL: one u16
+            out.append((attr, blob[i:i + 2]))
+            i += 2
+        elif fmt == 0x02:  # EIFMT_BVAL: one byte (padded to u16)
+            out.append((attr, blob[i:i + 2]))
+            i += 2
+        elif fmt == 0x01:  # EIFMT_NVAL: no payload
+            out.append((attr, b""))
+        else:
+            break  # an unknown format: stop rather than misread the rest
+    return out
+
+
+def from_cubin(data: bytes) -> list[KernelResources]:
+    """Every kernel (`.text.<name>` section) in a cubin, with what it asks of an SM."""
+    sections = _sections(data)
+    kernels = []
+    for section, (_kind, _offset, _size, info) in sections.items():
+        if not section.startswith(".text."):
+            continue
+        name = section[len(".text."):]
+        registers = info >> 24
+        smem = sections.get(f".nv.shared.{name}", (0, 0, 0, 0))[2]
+        threads: int | None = None
+        stack = 0
+        kind, offset, size, _ = sections.get(f".nv.info.{name}", (0, 0, 0, 0))
+        for attr, payload in _attributes(data[offset:offset + size]) if size else []:
+            if attr in (_EIATTR_REQNTID, _EIATTR_MAX_THREADS) and len(payload) >= 12:
+                x, y, z = struct.unpack_from("<III", payload)
+                threads = x * max(y, 1) * max(z, 1)
+            elif attr == _EIATTR_FRAME_SIZE and len(payload) >= 4:
+                stack = struct.unpack_from("<I", payload, len(payload) - 4)[0]
+        kernels.append(KernelResources(name, registers, stack, smem, threads))
+    _global_frames(sections, data, kernels)
+    for k in kernels:
+        occupancy(k)
+    return kernels
+
+
+def _global_frames(sections: dict[str, tuple[int, int, int, int]], data: bytes,
+                   kernels: list[KernelResources]) -> None:
+    """Frame sizes and register counts filed in the cubin-wide `.nv.info`, keyed by the kernel's symbol index."""
+    kind, offset, size, _ = sections.get(".nv.info", (0, 0, 0, 0))
+    if not size:
+        return
+    symbols = _symbol_names(sections, data)
+    by_name = {k.name: k for k in kernels}
+    for attr, payload in _attributes(data[offset:offset + size]):
+        if attr not in (_EIATTR_FRAME_SIZE, _EIATTR_REGCOUNT) or len(payload) < 8:
+            continue
+        index, value = struct.unpack_from("<II", payload)
+        kernel = by_name.get(symbols.get(index, ""))
+        if kernel is None:
+            continue
+        if attr == _EIATTR_FRAME_SIZE:
+            kernel.stack_bytes = max(kernel.stack_bytes, value)
+        elif not kernel.registers:
+            kernel.registers = value
+
+
+def _symbol_names(sections: dict[str, tuple[int, int, int, int]], data: bytes) -> dict[int, str]:
+    _, offset, size, _ = sections.get(".symtab", (0, 0, 0, 0))
+    _, str_offset, _, _ = sections.get(".strtab", (0, 0, 0, 0))
+    names = {}
+    for i in range(size // 24):
+        name_off, = struct.unpack_from("<I", data, offset + 24 * i)
+        end = data.index(b"\0", str_offset + name_off)
+        names[i] = data[str_offset + name_off:end].decode(errors="replace")
+    return names
+
+
+def occupancy(k: KernelResources, limits: dict[str, int] = SM90) -> KernelResources:
+    """Blocks per SM and occupancy from registers, threads and static shared memory (dynamic smem not known)."""
+    if not k.threads:
+        return k
+    warps = -(-k.threads // 32)
+    regs_per_warp = -(-max(k.registers, 1) * 32 // limits["reg_unit"]) * limits["reg_unit"]
+    bounds = {
+        "registers": (limits["regs"] // regs_per_warp) // warps,
+        "threads": limits["warps"] // warps,
+        "blocks": limits["blocks"],
+        "shared memory": limits["smem"] // (k.static_smem + limits["smem_reserved"]),
+    }
+    k.limited_by = min(bounds, key=lambda b: bounds[b])
+    k.blocks_per_sm = bounds[k.limited_by]
+    k.occupancy = k.blocks_per_sm * warps / limits["warps"]
+    return k
+
+
+def _short(name: str) -> str:
+    """CuTe's symbols spell out every argument's type (`kernel_cutlass_<fn>_tensorptr...`): keep the function."""
+    match = re.match(r"kernel_cutlass_(.+?)_(?:tensor|ptr|FakeTensor|Int|Float|Bool|Constexpr)", name)
+    return match.group(1) if match else name
+
+
+def table(rows: list[dict[str, Any]], width: int = 40) -> str:
+    """A compact text table for the agent's check text (one line per kernel)."""
+    if not rows:
+        return ""
+    lines = ["kernel resources (sm_90a cubin; dynamic shared memory is set at launch and not counted):",
+             f"  {'kernel':{width}s} {'regs':>4s} {'stack B':>7s} {'smem B':>7s} {'threads':>7s} {'blocks/SM':>9s}"
+             f" {'occupancy':>9s}  limited by"]
+    for r in rows:
+        name = _short(r["name"])
+        name = name if len(name) <= width else name[:width - 3] + "..."
+        occ = f"{100 * r['occupancy']:.0f} %" if r.get("occupancy") is not None else "?"
+        lines.append(f"  {name:{width}s} {r['registers']:>4d} {r['stack_bytes']:>7d} {r['static_smem']:>7d} "
+                     f"{r['threads'] or '?':>7} {r.get('blocks_per_sm') or '?':>9} {occ:>9s}  "
+                     f"{r.get('limited_by') or 'block size not fixed at compile time'}")
+    if any(r["stack_bytes"] for r in rows):
+        lines.append("  stack B > 0: local memory per thread (register spills or local arrays), slow on the GPU")
+    return "\n".join(lines)
+
+
+__all__ = ["KernelResources", "from_cubin", "occupancy", "table"]
