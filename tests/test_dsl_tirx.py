@@ -184,6 +184,20 @@ def _():
     return dry_run(os.path.join(work, "guide_example.py"), [x, s, b], "guide_example")
 
 
+@scenario("guide_gemm")
+def _():
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(256, 128, generator=g).bfloat16(), torch.randn(384, 128, generator=g).bfloat16()
+    res = dry_run(os.path.join(work, "guide_gemm.py"), [a, b], "guide_gemm")
+    from metakernel.dsl.tirx import _cuda_sources
+    mod = sys.modules.get("guide_gemm")
+    src = "".join(s for exe in mod._EXES.values() for s in _cuda_sources(exe.mod)) if mod else ""
+    res["cuda"] = {s: s in src for s in ("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
+                                         "ldmatrix.sync.aligned.m8n8.x4.shared.b16", "cp.async.cg.shared.global",
+                                         "cp.async.wait_group 1", "extern __shared__")}
+    return res
+
+
 @scenario("p28")
 def _():
     prob = load(sys.argv[2], "problem28")
@@ -301,6 +315,7 @@ def child(tmp_path_factory: pytest.TempPathFactory) -> dict:
         pytest.skip("apache-tvm is not installed")
     work = tmp_path_factory.mktemp("tirx")
     (work / "guide_example.py").write_text(guide_example(), encoding="utf-8")
+    (work / "guide_gemm.py").write_text(guide_example("tirx-gemm"), encoding="utf-8")
     (work / "llvm_kernel.py").write_text(LLVM_KERNEL, encoding="utf-8")
     (work / "parse_error.py").write_text(PARSE_ERROR_KERNEL, encoding="utf-8")
     (work / "lowering_error.py").write_text(LOWERING_ERROR_KERNEL, encoding="utf-8")
@@ -318,10 +333,11 @@ def child(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return report
 
 
-def guide_example() -> str:
+def guide_example(marker: str = "tirx-example") -> str:
+    """The guide's python block between `<!-- {marker}-begin -->` and `<!-- {marker}-end -->`."""
     text = GUIDE.read_text(encoding="utf-8")
-    m = re.search(r"<!-- tirx-example-begin -->\s*```python\n(.*?)```\s*<!-- tirx-example-end -->", text, re.S)
-    assert m, "the guide lost its marked example"
+    m = re.search(rf"<!-- {marker}-begin -->\s*```python\n(.*?)```\s*<!-- {marker}-end -->", text, re.S)
+    assert m, f"the guide lost its marked example {marker}"
     return m.group(1)
 
 
@@ -336,7 +352,7 @@ def test_adapter_satisfies_protocol():
     assert isinstance(ADAPTER, DslAdapter)
     assert ADAPTER.key == "tirx" and ADAPTER.import_roots == ("tvm",)
     assert "def solve" in ADAPTER.guide()
-    assert len(ADAPTER.guide().splitlines()) < 250
+    assert len(ADAPTER.guide().splitlines()) < 330  # the worked tensor-core GEMM is ~95 lines of it
 
 
 def test_environment_names_a_device_compiler_for_dry_runs():
@@ -404,6 +420,16 @@ def test_guide_example_passes_dry_run(child):
     assert res["outs"] == [[[5, 256], "torch.bfloat16", "cpu"]]
     assert res["kernel_names"] == ["scale_bias_kernel"]
     assert res["second_call_s"] < 0.5  # compiled once, cached
+
+
+def test_guide_gemm_example_passes_dry_run(child):
+    """The guide's tensor-core GEMM lowers to CUDA with mma.sync, ldmatrix and cp.async (and compiles offline)."""
+    res = _ok(child["guide_gemm"])
+    assert res["launches"] >= 2 and res["suppressed"] == res["launches"]
+    assert res["outs"] == [[[256, 384], "torch.bfloat16", "cpu"]]
+    assert res["kernel_names"] == ["gemm_kernel"]
+    assert all(res["cuda"].values()), res["cuda"]
+    assert res["second_call_s"] < 0.5  # compiled once per (N, K)
 
 
 def test_problem28_kernel_passes_dry_run(child):
