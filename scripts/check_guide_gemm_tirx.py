@@ -92,8 +92,8 @@ def main() -> int:
             err_tirx = (c.float() - ref).abs().max().item()
             err_cublas = (torch.matmul(a, b.T).float() - ref).abs().max().item()
             flops = 2.0 * m * n * k
-            t_tirx = time_ms(torch, lambda: example.solve(a, b), args.iters)
-            t_cublas = time_ms(torch, lambda: torch.matmul(a, b.T), args.iters)
+            t_tirx = time_ms(torch, lambda a=a, b=b: example.solve(a, b), args.iters)
+            t_cublas = time_ms(torch, lambda a=a, b=b: torch.matmul(a, b.T), args.iters)
             print(f"{f'{m} x {n} x {k}':>22} {err_tirx:10.3g} {err_cublas:10.3g} "
                   f"{flops / t_tirx / 1e9:13.1f} {flops / t_cublas / 1e9:15.1f}")
     return 0

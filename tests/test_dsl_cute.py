@@ -394,3 +394,25 @@ def test_clean_error_text_unit() -> None:
 def test_gate_semantics_without_the_dsl() -> None:
     gate = LaunchGate(mode="suppress")
     assert not gate.should_launch() and (gate.launches, gate.suppressed) == (1, 1)
+
+
+def test_the_dsl_may_reparse_its_own_library_functions_in_the_sandbox(tmp_path: Path) -> None:
+    """`cutlass.pipeline`'s helpers are @cute.jit functions the DSL re-parses from its installed source; the
+    sandbox took that for a string compiled at run time and refused the allowlisted module (found writing the
+    tensor-core gold kernel of problem 32). The DSL's own read-only files are allowed; other source is not."""
+    from metakernel.grader.evaluate import dry_run
+    from metakernel.problem import load_problem_file
+
+    family = tmp_path / "mlp_norm"
+    family.mkdir()
+    (family / "91_affine.py").write_text(AFFINE_PROBLEM, encoding="utf-8")
+    problem = load_problem_file(family / "91_affine.py")
+    src = _guide_example().replace("import cutlass.cute as cute\n",
+                                   "import cutlass.cute as cute\nimport cutlass.pipeline as pipeline\n")
+    src = src.replace("    nvec = mX.shape[1] // VEC", "    state = pipeline.make_pipeline_state("
+                      "pipeline.PipelineUserType.Producer, 4)\n    state.advance()\n    nvec = mX.shape[1] // VEC")
+    assert "state.advance()" in src
+    kernel = tmp_path / "kernel.py"
+    kernel.write_text(src, encoding="utf-8")
+    report = dry_run(problem, "cute", kernel)
+    assert (report.status, report.reason) == ("passed", "dry_run"), report.agent_text()

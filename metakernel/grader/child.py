@@ -81,6 +81,12 @@ class Guard:
         self._busy = False
         self._getframe = sys._getframe
         self._judged: dict[str, bool] = {}  # co_filename -> the candidate's code? (files that existed only)
+        # The DSL packages' folders, taken now (the DSL is imported, the candidate not yet): a DSL parser may
+        # re-parse the DSL's own library functions (CuTe's cutlass.pipeline helpers are @cute.jit functions).
+        self._library_roots = tuple(
+            os.path.realpath(os.path.dirname(sys.modules[name].__file__ or "")).rstrip("/") + "/"
+            for name in DSL_PACKAGES if name in sys.modules and getattr(sys.modules[name], "__file__", None))
+        self._library_text: dict[str, str] = {}
 
     def _own_source(self, source: str | bytes) -> bool:
         """Whether a string a DSL parser compiles is (a dedented piece of) the kernel file.
@@ -96,6 +102,32 @@ class Guard:
                 self._file_lines = ""
         text = source if isinstance(source, str) else source.decode("utf-8", "replace")
         return _normalised(text) in self._file_lines
+
+    def _library_source(self, source: str | bytes) -> bool:
+        """Whether a string a DSL parser compiles is a piece of one of the DSL's own installed files.
+
+        Only files under the DSL packages' folders (fixed before the candidate ran) that the child cannot write:
+        compiling them runs the library's code, which importing it would run too.
+        """
+        text = _normalised(source if isinstance(source, str) else source.decode("utf-8", "replace"))
+        if not text or not self._library_roots:
+            return False
+        for module in list(sys.modules.values()):
+            path = getattr(module, "__file__", None)
+            if not isinstance(path, str) or not path.endswith(".py"):
+                continue
+            real = os.path.realpath(path)
+            if not real.startswith(self._library_roots) or self.writable(real):
+                continue
+            if real not in self._library_text:
+                try:
+                    with open(real, encoding="utf-8") as f:
+                        self._library_text[real] = _normalised(f.read())
+                except (OSError, UnicodeDecodeError):
+                    self._library_text[real] = ""
+            if text in self._library_text[real]:
+                return True
+        return False
 
     def _check_compile(self, event: str, source: str | bytes) -> None:
         """Check a string compiled after the kernel's import.
@@ -116,7 +148,7 @@ class Guard:
                 break
             walk, depth = walk.f_back, depth + 1
         if parser is not None:
-            if not self._own_source(source):
+            if not self._own_source(source) and not self._library_source(source):
                 self.refuse(f"{event} of source that is not in the kernel file (through {parser})")
             return
         if module == "ast" or _type_expression(source):
@@ -228,6 +260,8 @@ CODE_GENERATORS = frozenset({"importlib._bootstrap_external", "importlib._bootst
                              "enum", "tvm_ffi.utils.kwargs_wrapper"})
 #: The DSLs re-parse the kernel's own functions (CuTe's AST preprocessor, the TVMScript parser).
 DSL_PARSERS = ("cutlass.base_dsl.ast_preprocessor", "tvm.script.parser")
+#: The packages whose installed source those parsers may re-parse too (their own library functions).
+DSL_PACKAGES = ("cutlass", "tvm")
 
 
 def _normalised(text: str) -> str:
