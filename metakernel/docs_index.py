@@ -37,7 +37,7 @@ from metakernel.errors import UserError
 from metakernel.paths import guides_dir
 
 #: Bump when the extraction or the schema changes: the version key changes and old indexes are left alone.
-BUILDER_VERSION = 1
+BUILDER_VERSION = 2
 #: What an index can be built from; tests build from "guides" alone to avoid importing the DSLs.
 SOURCES = ("guides", "cute", "tirx")
 DEFAULT_MAX_CHARS = 12000
@@ -45,6 +45,11 @@ MAX_K = 50
 #: The distribution each DSL comes from (its version goes into the version key).
 PACKAGES = {"cute": "nvidia-cutlass-dsl", "tirx": "apache-tvm"}
 _OPERATORS = frozenset({"AND", "OR", "NOT", "NEAR"})
+#: Words an agent's question carries that say nothing about the answer ("which stream does the kernel run on"):
+#: left out of the any-word query, where they made long documents outrank the one about streams.
+_STOP_WORDS = frozenset({"a", "an", "the", "which", "what", "how", "does", "do", "is", "are", "on", "in", "of",
+                         "to", "for", "and", "with", "can", "i", "my", "it", "be", "by", "from", "at", "as", "this",
+                         "that", "when", "why", "where", "should", "use", "get"})
 
 
 @dataclass(frozen=True)
@@ -151,7 +156,7 @@ _SCHEMA = """
 CREATE TABLE documents (rowid INTEGER PRIMARY KEY, doc_id TEXT UNIQUE NOT NULL, dsl TEXT NOT NULL,
                         title TEXT NOT NULL, body TEXT NOT NULL);
 CREATE VIRTUAL TABLE docs_fts USING fts5(title, body, content='documents', content_rowid='rowid',
-                                         tokenize='unicode61 remove_diacritics 2');
+                                         tokenize='porter unicode61 remove_diacritics 2');
 CREATE TABLE aliases (name TEXT PRIMARY KEY, doc_id TEXT NOT NULL);
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
@@ -232,7 +237,7 @@ def fts_queries(query: str) -> tuple[str, str]:
     layout", matching the name's tokens in order); a trailing `*` keeps prefix search; bare AND/OR/NOT/NEAR are
     dropped (the all-phrases query already means AND). Raises DocsQueryError when nothing is left.
     """
-    phrases, words = [], []
+    phrases, words, stop_phrases = [], [], []
     for chunk in query.split():
         if chunk in _OPERATORS:
             continue
@@ -240,8 +245,13 @@ def fts_queries(query: str) -> tuple[str, str]:
         if not tokens:
             continue
         star = " *" if chunk.rstrip("\"')]}.,;:!?").endswith("*") else ""
+        if len(tokens) == 1 and tokens[0].lower() in _STOP_WORDS and not star:
+            stop_phrases.append(f'"{tokens[0]}"')
+            continue
         phrases.append('"' + " ".join(tokens) + '"' + star)
-        words += [f'"{t}"' for t in tokens]
+        words += [f'"{t}"' for t in tokens if t.lower() not in _STOP_WORDS]
+    phrases = phrases or stop_phrases  # a query of stop words only still searches for them
+    words = words or stop_phrases
     if not phrases:
         raise DocsQueryError(f"nothing to search for in {query!r}: give some words, e.g. 'shared memory layout'")
     return " AND ".join(phrases), " OR ".join(dict.fromkeys(words))

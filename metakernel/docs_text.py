@@ -51,15 +51,21 @@ def split_markdown(text: str, max_level: int = 2) -> list[tuple[str, str]]:
 
 
 def guide_documents(directory: Path | None = None) -> list[Doc]:
-    """One document per `##` section of each guide (`guide:<dsl>#<slug>`); the intro becomes `#overview`."""
+    """One document per `##` section of each guide (`guide:<stem>#<slug>`); the intro becomes `#overview`.
+
+    `<dsl>.md` is the guide the prompt carries; `<dsl>-notes.md` holds shorter answers found only by search; both
+    belong to that DSL. Other files are DSL-neutral.
+    """
     docs = []
+    names = {"cute": "CuTe DSL", "tirx": "TIRx"}
     for path in sorted((directory or guides_dir()).glob("*.md")):
-        dsl = path.stem if path.stem in DSLS else ""
-        name = {"cute": "CuTe DSL", "tirx": "TIRx"}.get(path.stem, path.stem)
+        base, _, kind = path.stem.partition("-")
+        dsl = base if base in DSLS else ""
+        name = f"{names[dsl]} {kind or 'guide'}" if dsl else f"{path.stem} guide"
         seen: set[str] = set()
         for heading, body in split_markdown(path.read_text(encoding="utf-8")):
             slug = _unique(_slug(heading), seen)
-            docs.append(Doc(f"guide:{path.stem}#{slug}", dsl, f"{name} guide: {heading}", body))
+            docs.append(Doc(f"guide:{path.stem}#{slug}", dsl, f"{name}: {heading}", body))
     return docs
 
 
