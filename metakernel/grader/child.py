@@ -106,8 +106,9 @@ class Guard:
     def _library_source(self, source: str | bytes) -> bool:
         """Whether a string a DSL parser compiles is a piece of one of the DSL's own installed files.
 
-        Only files under the DSL packages' folders (fixed before the candidate ran) that the child cannot write:
-        compiling them runs the library's code, which importing it would run too.
+        Only files under the DSL packages' folders (fixed before the candidate ran) that the child cannot write
+        (outside its writable folders, or denied to its uid): compiling them runs the library's code, which
+        importing it would run too.
         """
         text = _normalised(source if isinstance(source, str) else source.decode("utf-8", "replace"))
         if not text or not self._library_roots:
@@ -117,8 +118,8 @@ class Guard:
             if not isinstance(path, str) or not path.endswith(".py"):
                 continue
             real = os.path.realpath(path)
-            if not real.startswith(self._library_roots) or self.writable(real):
-                continue
+            if not real.startswith(self._library_roots) or (self.writable(real) and os.access(real, os.W_OK)):
+                continue  # a file this process can change is no library
             if real not in self._library_text:
                 try:
                     with open(real, encoding="utf-8") as f:
