@@ -7,10 +7,12 @@ takes precedence over asking git.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import os
 import platform
 import subprocess
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from metakernel.paths import repo_root
@@ -70,6 +72,25 @@ def _driver_version() -> str | None:
         return out.splitlines()[0] if out else None
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+#: The code that decides a grading's verdict and numbers: the grader, the DSL adapters, the comparator and the
+#: problem loader. A validation report resumed in a later session keeps an entry only if this is unchanged.
+GRADER_CODE = ("grader", "dsl", "compare.py", "expected.py", "structure.py", "problem.py")
+
+
+def grader_fingerprint() -> str:
+    """sha256 (16 hex digits) over the grader's source files, names and bytes, in a fixed order.
+
+    A commit hash changes with every README edit; this changes only when grading can.
+    """
+    root = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for part in GRADER_CODE:
+        path = root / part
+        for file in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
+            digest.update(file.relative_to(root).as_posix().encode() + b"\0" + file.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
 
 
 def provenance() -> dict[str, Any]:

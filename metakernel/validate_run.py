@@ -169,6 +169,7 @@ def run_gold_validation(selection: str, *, device: str, as_json: bool, report_pa
     from metakernel.grader.evaluate import GradeOptions, PendingWorker, dry_run, grade
     from metakernel.grader.report import PROTOCOL
     from metakernel.grader.static import check_source
+    from metakernel.provenance import grader_fingerprint
 
     if device == "cuda" and not torch.cuda.is_available():
         raise UserError("--device cuda but torch sees no CUDA device")
@@ -190,9 +191,13 @@ def run_gold_validation(selection: str, *, device: str, as_json: bool, report_pa
     # The protocol's timing, with the wall-clock caps that keep a validation shard inside one device command.
     options = GradeOptions(call_timeout_s=45.0, timing_cap_s=20.0, timed=timed)
 
+    fingerprint = grader_fingerprint()
+
     def todo(sol: gold.Solution) -> bool:
+        """Re-grade unless this file was graded by the same grader code (resuming across commits and sessions)."""
         previous = data["solutions"].get(sol.key)
         return not (previous and previous.get("sha256") == sol.sha256 and previous.get("protocol") == PROTOCOL and
+                    previous.get("grader") == fingerprint and
                     previous.get("problem", {}).get("content_hash") == catalog.problem(sol.number).content_hash
                     and (previous.get("timed", True) or not timed))
 
@@ -224,7 +229,8 @@ def run_gold_validation(selection: str, *, device: str, as_json: bool, report_pa
                 # The dry run cannot see wrong values, hangs or token kernels: only the GPU grades those.
                 record["ok"] = report.status in ("passed", sol.expected_status)
                 record["note"] = "needs the GPU to show its expected reason"
-        record["graded_at"] = data["runs"][-1]["revision"].get("commit")  # a resumed report spans commits
+        record["graded_at"] = data["runs"][-1]["revision"].get("commit")  # a resumed report spans commits,
+        record["grader"] = fingerprint  # but each entry was graded by this grader code
         if device == "cuda":
             record["timed"] = timed
         data["solutions"][sol.key] = record
@@ -253,6 +259,8 @@ def _summarise_gold(data: dict[str, Any]) -> None:
         "wrong": sum(1 for r in rows if r["kind"] == "wrong"),
         "wrong_rejected_as_expected": sum(1 for r in rows if r["kind"] == "wrong" and r["expected_matched"]),
         "not_ok": sorted(k for k, r in data["solutions"].items() if not r["ok"]),
+        # the grader code each entry was graded by (provenance.grader_fingerprint): one value = one grader
+        "graders": sorted({str(r.get("grader")) for r in rows}),
     }
 
 

@@ -30,3 +30,20 @@ def test_a_shard_stops_at_its_budget_and_the_next_resumes(tmp_path, monkeypatch)
     kept = second["solutions"][next(iter(first["solutions"]))]
     assert kept["graded_at"] == "abc1234" and kept["sha256"] == entry["sha256"]  # not graded again
     assert {e["graded_at"] for e in second["solutions"].values()} == {"abc1234", "def5678"}
+
+
+def test_an_entry_graded_by_other_grader_code_is_graded_again(tmp_path, monkeypatch):
+    """Resuming across sessions keeps only entries graded by identical grader code (`grader` fingerprint), so a
+    report assembled over several device sessions still describes one grader; the summary lists the graders."""
+    from metakernel.provenance import grader_fingerprint
+
+    report = tmp_path / "gold.json"
+    run_gold_validation("25", device="cpu", as_json=True, report_path=report, resume=True, time_budget=0.5)
+    data = json.loads(report.read_text())
+    (key, entry), = data["solutions"].items()
+    assert entry["grader"] == grader_fingerprint() and data["summary"]["graders"] == [grader_fingerprint()]
+    entry["grader"], entry["graded_at"] = "0123456789abcdef", "old"  # as if an older grader had graded it
+    report.write_text(json.dumps(data))
+    run_gold_validation("25", device="cpu", as_json=True, report_path=report, resume=True, time_budget=0.5)
+    again = json.loads(report.read_text())["solutions"][key]
+    assert again["grader"] == grader_fingerprint() and again["graded_at"] != "old"
