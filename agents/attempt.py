@@ -43,6 +43,8 @@ WRAP_UP_TURNS = 2
 INFRA_RETRIES = 2
 #: Characters of conversation sent per call before old tool outputs and old kernels are trimmed (~50k tokens).
 CONTEXT_CHARS = 200_000
+#: Trimming goes this far below the limit, so that it happens every few turns, not every turn (prompt caching).
+TRIM_TO = 0.7
 _KEEP_RECENT = 6
 
 
@@ -89,43 +91,52 @@ class _State:
     wrap_turns: int = 0
     finish: int | None = None
     ended_by: str | None = None
+    trimmed_upto: int = 2  # messages[2:trimmed_upto] are sent trimmed (trim_context)
 
 
-def trim_context(messages: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
-    """A copy of `messages` under `limit` characters: old tool outputs and old kernels go first.
+def _size(ms: list[dict[str, Any]]) -> int:
+    return sum(len(m.get("content") or "") + sum(len(c["function"]["arguments"]) for c in m.get("tool_calls", ()))
+               for m in ms)
 
-    The system prompt and the task (with any transfer skill) are never touched, nor are the last few messages the
-    model is reacting to. Trimmed items say what they were, so the model knows to look again if it needs to.
+
+def _trim_one(m: dict[str, Any]) -> None:
+    """Replace a long tool output or old kernel by a note saying what it was (in place, on a copy)."""
+    content = m.get("content") or ""
+    if m["role"] in ("tool", "user") and isinstance(content, str) and len(content) > 300:
+        m["content"] = f"[earlier output trimmed: {len(content)} characters]"
+    calls = m.get("tool_calls")
+    if calls:
+        new_calls = []
+        for c in calls:
+            args = c["function"]["arguments"]
+            if len(args) > 300:
+                short = json.dumps({"note": f"[earlier arguments trimmed: {len(args)} characters]"})
+                c = {**c, "function": {**c["function"], "arguments": short}}
+            new_calls.append(c)
+        m["tool_calls"] = new_calls
+
+
+def trim_context(messages: list[dict[str, Any]], limit: int, upto: int = 2) -> tuple[list[dict[str, Any]], int]:
+    """(what to send, the new `upto`): a copy of `messages` under `limit` characters, messages 2..upto-1 trimmed.
+
+    Old tool outputs and old kernels go first; the system prompt and the task (with any transfer skill) are never
+    touched, nor are the last few messages the model is reacting to. Trimmed items say what they were, so the
+    model knows to look again if it needs to. `upto` only moves forward, and when the conversation outgrows
+    `limit` it moves far enough to bring it down to TRIM_TO x `limit`: the messages the provider's prompt cache
+    holds then stay byte-identical for the next several turns instead of changing at every turn.
     """
-    def size(ms: list[dict[str, Any]]) -> int:
-        return sum(len(m.get("content") or "") + sum(len(c["function"]["arguments"]) for c in m.get("tool_calls", ()))
-                   for m in ms)
-
-    total = size(messages)
-    if total <= limit:
-        return messages
+    upto = max(2, min(upto, len(messages)))
+    if upto == 2 and _size(messages) <= limit:
+        return messages, upto
     out = [dict(m) for m in messages]
-    for i in range(2, max(2, len(out) - _KEEP_RECENT)):
-        if total <= limit:
-            break
-        m = out[i]
-        content = m.get("content") or ""
-        if m["role"] in ("tool", "user") and len(content) > 300:
-            note = f"[earlier output trimmed: {len(content)} characters]"
-            total -= len(content) - len(note)
-            m["content"] = note
-        calls = m.get("tool_calls")
-        if calls:
-            new_calls = []
-            for c in calls:
-                args = c["function"]["arguments"]
-                if len(args) > 300:
-                    short = json.dumps({"note": f"[earlier arguments trimmed: {len(args)} characters]"})
-                    total -= len(args) - len(short)
-                    c = {**c, "function": {**c["function"], "arguments": short}}
-                new_calls.append(c)
-            m["tool_calls"] = new_calls
-    return out
+    for i in range(2, upto):
+        _trim_one(out[i])
+    if _size(out) > limit:
+        stop = max(2, len(out) - _KEEP_RECENT)
+        while upto < stop and _size(out) > TRIM_TO * limit:
+            _trim_one(out[upto])
+            upto += 1
+    return out, upto
 
 
 class Attempt:
@@ -214,7 +225,7 @@ class Attempt:
         for note in st.notes:
             st.messages.append({"role": "user", "content": note})
         st.notes.clear()
-        messages = trim_context(st.messages, s.context_chars)
+        messages, st.trimmed_upto = trim_context(st.messages, s.context_chars, st.trimmed_upto)
         try:
             response: LLMResponse = await s.client.complete(messages, TOOLS, key=f"{self.id}#{turn}")
         except NonRetryableLLMError as exc:

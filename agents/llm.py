@@ -7,6 +7,13 @@ cannot fix (context window, authentication, bad request) fail at once with the p
 
 API keys are read from the environment at call time only: a `ModelSpec` holds the *name* of the variable, and no
 returned object carries the key.
+
+Prompt caching: an attempt resends its whole conversation every turn, so the provider's prompt cache decides most
+of its input cost. OpenAI, DeepSeek and Gemini cache a repeated prefix by themselves; Anthropic caches only up to
+explicit breakpoints, which `cache_breakpoints` adds (the task message, and the newest message so the next turn
+reads everything before it from the cache). The attempt keeps the prefix stable (`attempt.trim_context` trims in
+steps), the tokens read from the cache are recorded (`LLMResponse.cached_tokens`) and litellm prices them at the
+provider's cached rate.
 """
 
 from __future__ import annotations
@@ -73,6 +80,9 @@ class ModelSpec:
     timeout_s: float = 600.0
     max_concurrency: int = 4
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    # Anthropic-style cache breakpoints (`cache_control`) on the task and the newest message; providers that
+    # cache by themselves ignore it. Off: every call pays the full input price.
+    prompt_cache: bool = True
 
     @classmethod
     def from_yaml(cls, path: Path, *, check_key: bool = True) -> ModelSpec:
@@ -136,6 +146,7 @@ class LLMResponse:
     latency_s: float
     attempts: int
     finish_reason: str | None = None
+    cached_tokens: int = 0  # of prompt_tokens, read from the provider's prompt cache (priced lower)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready form (tool calls as a list of mappings), so a recorded call can be replayed exactly."""
@@ -229,6 +240,10 @@ def _parse(response: Any, latency_s: float, attempts: int) -> LLMResponse:
     )
     usage = getattr(response, "usage", None)
     cost_usd, cost_status = _cost(response)
+    details = getattr(usage, "prompt_tokens_details", None)
+    cached = getattr(details, "cached_tokens", None) if details is not None else None
+    if not cached:  # Anthropic's own field, where litellm did not fold it into the details
+        cached = getattr(usage, "cache_read_input_tokens", None)
     return LLMResponse(
         content=message.content,
         tool_calls=calls,
@@ -239,7 +254,36 @@ def _parse(response: Any, latency_s: float, attempts: int) -> LLMResponse:
         latency_s=latency_s,
         attempts=attempts,
         finish_reason=getattr(choice, "finish_reason", None),
+        cached_tokens=int(cached or 0),
     )
+
+
+def uses_cache_breakpoints(model: str) -> bool:
+    """Whether the provider caches only up to explicit `cache_control` breakpoints.
+
+    That is Anthropic's API, direct or through Bedrock / Vertex; the others cache a repeated prefix by themselves.
+    """
+    name = model.lower()
+    return name.startswith(("anthropic/", "claude")) or "/anthropic." in name or (
+        name.startswith(("bedrock/", "vertex_ai/")) and "claude" in name)
+
+
+def cache_breakpoints(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """A copy of `messages` with cache breakpoints on the task (message 1) and on the newest message.
+
+    The provider then caches the system prompt and the task once, and each turn reads the whole earlier
+    conversation from the cache (Anthropic allows four breakpoints; two are used).
+    """
+    out = [dict(m) for m in messages]
+    marks = {min(1, len(out) - 1), len(out) - 1}
+    for i in sorted(marks):
+        m = out[i]
+        content = m.get("content")
+        if isinstance(content, str) and content:
+            m["content"] = [{"type": "text", "text": content, "cache_control": {"type": "ephemeral"}}]
+        elif isinstance(content, list) and content and isinstance(content[-1], dict):
+            m["content"] = [*content[:-1], {**content[-1], "cache_control": {"type": "ephemeral"}}]
+    return out
 
 
 class LLMClient:
@@ -262,7 +306,8 @@ class LLMClient:
         spec, policy = self.spec, self.spec.retry
         kwargs: dict[str, Any] = {
             "model": spec.model,
-            "messages": [dict(m) for m in messages],
+            "messages": (cache_breakpoints(messages) if spec.prompt_cache and uses_cache_breakpoints(spec.model)
+                         else [dict(m) for m in messages]),
             "timeout": spec.timeout_s,
             "num_retries": 0,  # retries are ours (see module docstring)
             "max_retries": 0,  # and not the OpenAI SDK's either

@@ -109,6 +109,21 @@ def litellm_prices(model: str) -> Prices | None:
     return float(pin), float(pout)  # type: ignore[arg-type]
 
 
+def litellm_cache_price(model: str) -> float | None:
+    """Dollars per input token read from the provider's prompt cache (litellm's local cost map), None if unknown."""
+    if model.startswith(OFFLINE_PREFIXES):
+        return None
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    litellm.suppress_debug_info = True
+    try:
+        price = litellm.get_model_info(model).get("cache_read_input_token_cost")
+    except Exception:  # noqa: BLE001 - litellm raises plain exceptions for models it does not know
+        return None
+    return float(price) if _is_real(price) and price else None
+
+
 @dataclass(frozen=True)
 class ModelEstimate:
     """One model's share of a plan: attempts per arm, what is left, and its worst-case GPU time and dollars."""
@@ -156,6 +171,7 @@ def estimate(
     prices: Mapping[str, Prices | None],
     grade_s: float = 90.0,
     done: Collection[AttemptKey] = frozenset(),
+    cache_prices: Mapping[str, float | None] | None = None,
 ) -> Estimate:
     """Bound the GPU time and dollars the attempts not in `done` can spend.
 
@@ -163,7 +179,9 @@ def estimate(
     seconds (`check` runs on the CPU). Dollars, per model: offline models (`OFFLINE_PREFIXES`) cost nothing; otherwise
     only a priced model under a token or cost budget has a bound: ``tokens`` all at the dearer of its two prices,
     capped by ``cost_usd`` when both are set. The last model call of an attempt can overshoot a budget, which this
-    bound does not include.
+    bound does not include. The bound prices every input token in full; `cache_prices` (dollars per cached input
+    token) only adds a note: an attempt resends its conversation every turn, so with the provider's prompt cache
+    most of its input is billed at that rate and the real cost sits well below the bound.
     """
     budget.validate()
     if not _is_real(grade_s) or grade_s <= 0:
@@ -188,6 +206,11 @@ def estimate(
     notes = []
     if any(r.dollars is None and r.attempts_remaining for r in rows):
         notes.append("dollars: some models have no bound (see their rows)")
+    for model, cached in (cache_prices or {}).items():
+        full = (prices.get(model) or (None, None))[0]
+        if cached and full:
+            notes.append(f"prompt cache: {model} bills cached input at ${cached * 1e6:.3g}/M tokens "
+                         f"({100 * cached / full:.0f} % of ${full * 1e6:.3g}/M); the bound above assumes no cache hits")
     bounded = [r.dollars for r in rows if r.attempts_remaining]
     return Estimate(
         arms=arms,

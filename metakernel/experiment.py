@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from metakernel.budget import Budget, SpendCap, estimate, litellm_prices, render
+from metakernel.budget import Budget, SpendCap, estimate, litellm_cache_price, litellm_prices, render
 from metakernel.errors import UserError
 from metakernel.plan import AttemptKey, build_plan, order
 
@@ -91,7 +91,9 @@ class Experiment:
     def estimate_text(self, done: set[AttemptKey] | None = None) -> str:
         """Counts, worst-case GPU-hours and dollars (where priced) for what is left to run."""
         prices = {m: litellm_prices(self.specs[m].model) for m in self.cfg.models}
-        est = estimate(self.plan, self.cfg.budget, prices, grade_s=self.cfg.grade_s_estimate, done=done or set())
+        cached = {m: litellm_cache_price(self.specs[m].model) for m in self.cfg.models}
+        est = estimate(self.plan, self.cfg.budget, prices, grade_s=self.cfg.grade_s_estimate, done=done or set(),
+                       cache_prices=cached)
         return render(est)
 
     def done_keys(self) -> set[AttemptKey]:

@@ -66,9 +66,10 @@ CREATE TABLE IF NOT EXISTS skills (
     truncated INTEGER NOT NULL, lint TEXT NOT NULL, path TEXT NOT NULL, updated TEXT NOT NULL);
 """
 
-#: Columns added to `attempts` after stores were first written (same schema): every store, new or old, gains them
-#: on open, so this is their one declaration.
-_ADDED_COLUMNS = (("speedup_gpu", "REAL"),)
+#: Columns added after stores were first written (same schema): every store, new or old, gains them on open, so
+#: this is their one declaration. (table, column, type)
+_ADDED_COLUMNS = (("attempts", "speedup_gpu", "REAL"),
+                  ("llm_calls", "cached_tokens", "INTEGER"))  # prompt tokens read from the provider's cache
 
 
 def now() -> str:
@@ -97,10 +98,10 @@ class Store:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA foreign_keys=ON")
         self._db.executescript(_DDL)
-        columns = {row[1] for row in self._db.execute("PRAGMA table_info(attempts)")}
-        for column, kind in _ADDED_COLUMNS:
+        for table, column, kind in _ADDED_COLUMNS:
+            columns = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
             if column not in columns:  # new stores, and old ones (their rows get it empty)
-                self._db.execute(f"ALTER TABLE attempts ADD COLUMN {column} {kind}")
+                self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
         found = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
         if found is None:
             self._db.execute("INSERT INTO meta VALUES ('schema', ?)", (SCHEMA,))
@@ -265,10 +266,12 @@ class Store:
                         replayed: bool) -> None:
         """Tokens, dollars and latency of one model call (the text itself lives in the transcript)."""
         with self._tx() as cur:
-            cur.execute("INSERT OR REPLACE INTO llm_calls VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            cur.execute("INSERT OR REPLACE INTO llm_calls (attempt_id, try, turn, model, prompt_tokens, "
+                        "completion_tokens, cost_usd, cost_status, latency_s, tries, finish_reason, replayed, "
+                        "created, cached_tokens) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                         (attempt_id, try_no, turn, model, response.prompt_tokens, response.completion_tokens,
                          response.cost_usd, response.cost_status, response.latency_s, response.attempts,
-                         response.finish_reason, int(replayed), now()))
+                         response.finish_reason, int(replayed), now(), getattr(response, "cached_tokens", 0)))
 
     def llm_calls(self, attempt_id: str | None = None) -> list[dict[str, Any]]:
         """Model-call rows (tokens, dollars, latency) of one attempt or of all, in turn order."""

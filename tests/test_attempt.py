@@ -110,6 +110,36 @@ def test_two_calls_in_one_reply_after_the_budget_is_spent(tmp_path):
     assert answers[1]["content"].startswith("error:") and "spent" in answers[1]["content"]
 
 
+def test_trimming_keeps_the_cached_prefix_stable_across_turns():
+    """Prompt caching: what was sent before the newest messages must stay byte-identical from one turn to the
+    next except when trimming steps forward; each step frees (1 - TRIM_TO) x the limit, so it comes every few
+    turns, where trimming just under the limit changed the prefix at every turn past it."""
+    from metakernel.agents.attempt import TRIM_TO
+
+    big, limit, turns = "y" * 4000, 60_000, 60
+    growth = len(big) + len(json.dumps({"code": big}))  # one turn: the kernel in the call and its output
+
+    def changes(stepped: bool) -> int:
+        messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "TASK " + big}]
+        upto, previous, count = 2, None, 0
+        for i in range(turns):
+            call = {"name": "check", "arguments": json.dumps({"code": big})}
+            messages.append({"role": "assistant", "content": "",
+                             "tool_calls": [{"id": f"c{i}", "type": "function", "function": call}]})
+            messages.append({"role": "tool", "tool_call_id": f"c{i}", "name": "check", "content": big})
+            sent, upto = trim_context(messages, limit, upto if stepped else 2)
+            check_order(sent)
+            assert sum(len(m.get("content") or "") + sum(len(c["function"]["arguments"])
+                                                         for c in m.get("tool_calls", ())) for m in sent) <= limit
+            count += previous is not None and sent[:len(previous)] != previous
+            previous = sent
+        return count
+
+    stepped, every_turn = changes(True), changes(False)
+    assert 0 < stepped <= turns * growth / ((1 - TRIM_TO) * limit) + 1, stepped
+    assert stepped < every_turn / 2, (stepped, every_turn)
+
+
 def test_trim_context_keeps_task_and_recent_and_valid_json():
     big = "x" * 5000
     messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "TASK " + big}]
@@ -118,7 +148,8 @@ def test_trim_context_keeps_task_and_recent_and_valid_json():
                          "tool_calls": [{"id": f"c{i}", "type": "function",
                                          "function": {"name": "submit", "arguments": json.dumps({"code": big})}}]})
         messages.append({"role": "tool", "tool_call_id": f"c{i}", "name": "submit", "content": big})
-    trimmed = trim_context(messages, 40_000)
+    trimmed, upto = trim_context(messages, 40_000)
+    assert 2 < upto <= len(messages) - 6
     check_order(trimmed)
     assert trimmed[1] == messages[1] and trimmed[-6:] == messages[-6:]
     assert trimmed[2]["tool_calls"][0]["function"]["arguments"] != messages[2]["tool_calls"][0]["function"]["arguments"]
