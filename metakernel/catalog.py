@@ -6,7 +6,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from metakernel.families import Family, check_catalog, load_families
-from metakernel.problem import Problem, load_problem, parse_selection, problem_paths
+from metakernel.problem import (
+    Problem,
+    ProblemSummary,
+    load_problem,
+    parse_selection,
+    problem_paths,
+    summarise_problem_file,
+)
 
 
 @dataclass
@@ -23,6 +30,10 @@ class Catalog:
     def problems(self) -> list[Problem]:
         """Load every problem in number order."""
         return [self.problem(n) for n in self.paths]
+
+    def summaries(self) -> list[ProblemSummary]:
+        """Every problem's listing line, in number order, without running any problem file."""
+        return [summarise_problem_file(self.paths[n]) for n in self.paths]
 
     def select(self, text: str) -> list[int]:
         """Numbers for a selection such as '1,3-5,moe'; empty text means all."""

@@ -72,7 +72,7 @@ def problems_list(family: str | None, as_json: bool) -> None:
     catalog = load_catalog()
     if family is not None and family not in catalog.families:
         raise UserError(f"unknown family {family!r} (families: {', '.join(catalog.families)})")
-    rows = [p for p in catalog.problems() if family is None or p.family == family]
+    rows = [p for p in catalog.summaries() if family is None or p.family == family]
     if as_json:
         click.echo(json.dumps([{**p.identity, "title": p.title, "path": str(p.path)} for p in rows], indent=2))
         return

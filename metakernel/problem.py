@@ -193,6 +193,59 @@ def load_problem_file(path: Path) -> Problem:
     )
 
 
+@dataclass(frozen=True)
+class ProblemSummary:
+    """What a listing shows of a problem, read from its file without running it.
+
+    No torch import: `problems list` answers in a fraction of a second.
+    """
+
+    number: int
+    slug: str
+    family: str
+    path: Path
+    version: int
+    content_hash: str
+    title: str
+
+    @property
+    def nn(self) -> str:
+        """The two-digit number as the file name spells it."""
+        return f"{self.number:02d}"
+
+    @property
+    def identity(self) -> dict[str, Any]:
+        """The same identity a loaded `Problem` records."""
+        return {"number": self.number, "slug": self.slug, "family": self.family, "version": self.version,
+                "content_hash": self.content_hash}
+
+
+def summarise_problem_file(path: Path) -> ProblemSummary:
+    """Number, slug, family, VERSION and the docstring's first line, from the file's syntax tree."""
+    import ast
+
+    match = _FILE_RE.match(path.name)
+    if match is None:
+        raise UserError("file name must be <NN>_<slug>.py (two digits, lower-case slug)", str(path))
+    data = path.read_bytes()
+    try:
+        tree = ast.parse(data, filename=str(path))
+    except SyntaxError as exc:
+        raise UserError(f"import failed: SyntaxError: {exc}", str(path)) from exc
+    doc = ast.get_docstring(tree) or ""
+    if not doc.strip():
+        raise UserError("missing module docstring (one-line summary, provenance, shapes)", str(path))
+    version = 1
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "VERSION" for t in node.targets):
+            value = node.value.value if isinstance(node.value, ast.Constant) else None
+            if not isinstance(value, int) or value < 1:
+                raise UserError("VERSION must be a positive integer", str(path))
+            version = value
+    return ProblemSummary(int(match["nn"]), match["slug"], path.parent.name, path, version,
+                          hashlib.sha256(data).hexdigest()[:16], doc.strip().splitlines()[0])
+
+
 def problem_paths(directory: Path | None = None) -> dict[int, Path]:
     """Every `<family>/<NN>_<slug>.py` under the problems folder, by number (duplicate numbers are an error)."""
     directory = directory or problems_dir()
