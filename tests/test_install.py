@@ -49,4 +49,4 @@ def test_wheel_install_carries_packages_and_problem_data(tmp_path):
         assert Path(found[key]).is_relative_to(site), found
     assert found["problems"] == len(list((ROOT / "problems").glob("*/*.py")))
     assert found["families"] == 6
-    assert found["guides"] == ["cute.md", "tirx.md"]
+    assert found["guides"] == ["cute-notes.md", "cute.md", "tirx-notes.md", "tirx.md"]  # guides and their notes
