@@ -129,6 +129,30 @@ def test_read_only_binds_under_tmp_are_not_writable_code(tmp_path):
     assert not guard.writable("/usr/lib/python3/dist-packages/x.py")
 
 
+def test_only_the_dsl_s_own_read_only_source_counts_as_library_source(tmp_path):
+    """A DSL parser may re-parse the DSL's installed functions (cutlass.pipeline), nothing else: not text made at
+    run time, not a file outside the DSL's folders, and not a DSL file the child could rewrite."""
+    import ast
+    import os
+
+    import cutlass.pipeline.helpers as helpers
+
+    from metakernel.grader.child import Guard
+
+    guard = Guard(str(tmp_path / "kernel.py"), str(tmp_path / "work"))
+    text = open(helpers.__file__, encoding="utf-8").read()
+    state = next(n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.ClassDef) and n.name == "PipelineState")
+    real = ast.get_source_segment(text, next(n for n in state.body if getattr(n, "name", "") == "advance"))
+    assert real and "def advance" in real
+    assert guard._library_source(real)
+    assert not guard._library_source("import os\nos.system('id')\n")
+    stdlib = open(os.__file__, encoding="utf-8").read()
+    assert not guard._library_source(stdlib[:2000])  # the standard library is not the DSL's
+    guard._library_roots = (str(tmp_path) + "/",)  # a DSL folder the child can write: its files prove nothing
+    (tmp_path / "fake_dsl.py").write_text(real, encoding="utf-8")
+    assert not guard._library_source(real)
+
+
 def test_outputs_must_come_back_where_the_grader_reads_them():
     """The child is the candidate's process: on the GPU a reply whose outputs are by value or shape-only is a
     rule violation (not a comparison of meta tensors that would end as our error); shape-only outputs are the
