@@ -139,7 +139,9 @@ def test_only_the_dsl_s_own_read_only_source_counts_as_library_source(tmp_path):
 
     from metakernel.grader.child import Guard
 
-    guard = Guard(str(tmp_path / "kernel.py"), str(tmp_path / "work"))
+    # the DSL's folder as the sandbox binds it: read-only (a checkout under /tmp keeps its venv there)
+    guard = Guard(str(tmp_path / "kernel.py"), str(tmp_path / "work"),
+                  readonly=[os.path.dirname(os.path.dirname(os.path.realpath(helpers.__file__)))])
     text = open(helpers.__file__, encoding="utf-8").read()
     state = next(n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.ClassDef) and n.name == "PipelineState")
     real = ast.get_source_segment(text, next(n for n in state.body if getattr(n, "name", "") == "advance"))
