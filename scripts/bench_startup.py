@@ -10,7 +10,6 @@ mixed up.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys

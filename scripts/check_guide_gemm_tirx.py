@@ -15,13 +15,14 @@ import argparse
 import importlib.util
 import os
 import re
-import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from check_guide_gemm import median_ms  # noqa: E402  (the same CUDA-event timing as the CuTe GEMM check)
 
 from metakernel.dsl.tirx import ADAPTER  # noqa: E402
 
@@ -47,21 +48,6 @@ def load_example(workdir: str):
     sys.modules["guide_gemm"] = mod
     spec.loader.exec_module(mod)
     return mod
-
-
-def time_ms(torch, fn, iters: int) -> float:
-    """Median milliseconds of one call, by CUDA events, after 3 warm-up calls."""
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def main() -> int:
@@ -92,8 +78,8 @@ def main() -> int:
             err_tirx = (c.float() - ref).abs().max().item()
             err_cublas = (torch.matmul(a, b.T).float() - ref).abs().max().item()
             flops = 2.0 * m * n * k
-            t_tirx = time_ms(torch, lambda a=a, b=b: example.solve(a, b), args.iters)
-            t_cublas = time_ms(torch, lambda a=a, b=b: torch.matmul(a, b.T), args.iters)
+            t_tirx = median_ms(lambda a=a, b=b: example.solve(a, b), args.iters)
+            t_cublas = median_ms(lambda a=a, b=b: torch.matmul(a, b.T), args.iters)
             print(f"{f'{m} x {n} x {k}':>22} {err_tirx:10.3g} {err_cublas:10.3g} "
                   f"{flops / t_tirx / 1e9:13.1f} {flops / t_cublas / 1e9:15.1f}")
     return 0

@@ -14,7 +14,10 @@ from metakernel.agents.llm import LLMClient, ModelSpec, RetryPolicy, cache_break
 from metakernel.agents.models import resolve_model
 
 from metakernel.budget import litellm_cache_price, litellm_prices
-from tests.test_agents_llm import KEY, KEY_ENV, Stub
+from tests import test_agents_llm as loopback
+from tests.test_agents_llm import KEY_ENV, Stub
+
+stub_server, stub = loopback.stub_server, loopback.stub  # the loopback stub's fixtures, shared
 
 MESSAGES = [{"role": "system", "content": "You write GPU kernels."}, {"role": "user", "content": "TASK: problem 28"},
             {"role": "assistant", "content": "checking"}, {"role": "user", "content": "the newest tool output"}]
@@ -50,21 +53,6 @@ PROVIDERS = [
     ("deepseek/deepseek-chat", "/chat/completions", _openai),
     ("gemini/gemini-2.5-pro", "/models/gemini-2.5-pro:generateContent", _gemini),
 ]
-
-
-@pytest.fixture(scope="module")
-def stub_server():
-    stub = Stub()
-    yield stub
-    stub.close()
-
-
-@pytest.fixture()
-def stub(stub_server: Stub, monkeypatch: pytest.MonkeyPatch) -> Stub:
-    monkeypatch.setenv(KEY_ENV, KEY)
-    stub_server.script.clear()
-    stub_server.requests.clear()
-    return stub_server
 
 
 def _call(stub: Stub, model: str, reply: Any, **spec: Any) -> Any:
