@@ -214,7 +214,8 @@ RT_BOX = []
 PATCH = """
 @T.prim_func
 def rt_probe(a: T.handle):
-    A = T.match_buffer(a, (T.int32(len(str(tvm.sys.modules["candidate_kernel"].RT_BOX.append(tvm.sys.modules["metakernel.dsl.tirx"]._STATE)))),), "float32")
+    A = T.match_buffer(a, (T.int32(len(str(tvm.sys.modules["candidate_kernel"].RT_BOX.append(
+        tvm.sys.modules["metakernel.dsl.tirx"]._STATE)))),), "float32")
     A[0] = T.float32(1.0)
 """
 
