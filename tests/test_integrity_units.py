@@ -3,6 +3,7 @@ dependency ablation's restore rule and the audit hook's compile rule."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from metakernel.compare import Expected
@@ -203,3 +204,20 @@ def test_the_candidate_may_not_open_the_process_s_own_symbols():
     other = Guard("/nonexistent/kernel.py", "/nonexistent-work", (str(Path(__file__).resolve().parents[1]),))
     other.armed = True  # the same call from someone else's code is let through
     other("ctypes.dlopen", (None, 0))
+
+
+@pytest.mark.xfail(strict=True, reason="red team 9: a section offset above 2**63 raises OverflowError, which neither "
+                   "adapter's parser catches (they catch ValueError, IndexError, struct.error)")
+def test_a_crafted_cubin_only_loses_the_resource_table():
+    """The check must never fail on a cubin's bytes: an ELF header whose section-table offset does not fit in a
+    ssize_t makes struct.unpack_from raise OverflowError (CuTe: out of the launch, into solve; TIRx: reported as a
+    failed CUDA device compilation)."""
+    import struct
+
+    from metakernel.dsl.cute import _parse_cubin
+    from metakernel.dsl.tirx import _cubin_resources
+
+    data = bytearray(b"\x7fELF\x02" + bytes(59))
+    struct.pack_into("<Q", data, 0x28, 2**64 - 1)
+    struct.pack_into("<HHH", data, 0x3A, 64, 1, 0)
+    assert _parse_cubin(bytes(data)) == [] and _cubin_resources(bytes(data)) == []

@@ -195,3 +195,51 @@ def solve(x, b):
 """)
     report = grade(problem, "tirx", kernel, device="cpu", options=FAST)
     assert (report.status, report.reason) == ("rule_violation", "output_type"), report.agent_text()
+
+
+@needs_isolation
+@needs_tvm
+@pytest.mark.xfail(strict=True, reason="open hole (red team 9): a TVMScript string literal of the kernel file counts "
+                   "as its own source, so tvm.script.parse runs the literal's Python with builtins")
+def test_a_string_literal_of_the_kernel_file_is_not_its_source(problem, tmp_path):
+    """rt_tirx_script_parse_literal_gate on the llvm route: the parsed text is a literal (no run-time edit), so it is
+    a piece of the file; its expression reaches the live LaunchGate and `solve` answers eagerly except while the
+    grader ablates. If the escape fails the output dtype is wrong; the grader must say rule_violation/sandbox."""
+    from dataclasses import replace
+
+    kernel = _kernel(tmp_path, '''
+import tvm.script
+
+RT_BOX = []
+PATCH = """
+@T.prim_func
+def rt_probe(a: T.handle):
+    A = T.match_buffer(a, (T.int32(len(str(tvm.sys.modules["candidate_kernel"].RT_BOX.append(
+        tvm.sys.modules["metakernel.dsl.tirx"]._STATE)))),), "float32")
+    A[0] = T.float32(1.0)
+"""
+
+
+def _gate():
+    if not RT_BOX:
+        try:
+            tvm.script.parse(PATCH)
+        except Exception:
+            RT_BOX.append(None)
+    return RT_BOX[0].gate if RT_BOX and RT_BOX[0] is not None else None
+
+
+def solve(x, b):
+    gate = _gate()
+    if not _EXE:
+        _EXE.append(tvm.compile(axpb, target="llvm", tir_pipeline="tirx"))
+    y = torch.empty_like(x)
+    _EXE[0](x, b, y)
+    if gate is None:
+        return y.double()
+    if gate.mode == "suppress" or gate.randomize:
+        return y
+    return x * 2.0 + b
+''')
+    report = grade(problem, "tirx", kernel, device="cpu", options=replace(FAST, timed=False))
+    assert (report.status, report.reason) == ("rule_violation", "sandbox"), report.agent_text()
