@@ -199,8 +199,6 @@ def solve(x, b):
 
 @needs_isolation
 @needs_tvm
-@pytest.mark.xfail(strict=True, reason="open hole (red team 9): a TVMScript string literal of the kernel file counts "
-                   "as its own source, so tvm.script.parse runs the literal's Python with builtins")
 def test_a_string_literal_of_the_kernel_file_is_not_its_source(problem, tmp_path):
     """rt_tirx_script_parse_literal_gate on the llvm route: the parsed text is a literal (no run-time edit), so it is
     a piece of the file; its expression reaches the live LaunchGate and `solve` answers eagerly except while the

@@ -33,7 +33,6 @@ import hashlib
 import os
 import re
 import shutil
-import struct
 import sys
 from pathlib import Path
 from typing import Any
@@ -173,7 +172,7 @@ def _cubin_resources(binary: Any) -> list[Any]:
 
     try:
         return from_cubin(bytes(binary))
-    except (ValueError, IndexError, struct.error):
+    except Exception:  # noqa: BLE001 - any malformed cubin (OverflowError too) only loses the table
         return []
 
 

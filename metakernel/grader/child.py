@@ -86,29 +86,31 @@ class Guard:
         self._library_roots = tuple(
             os.path.realpath(os.path.dirname(sys.modules[name].__file__ or "")).rstrip("/") + "/"
             for name in DSL_PACKAGES if name in sys.modules and getattr(sys.modules[name], "__file__", None))
-        self._library_text: dict[str, str] = {}
+        self._library_defs: dict[str, frozenset[str]] = {}
+        # Read now, before the candidate runs: the kernel file lies in the writable work dir, and a definition
+        # added to it at run time is not the submitted kernel's.
+        try:
+            with open(self.candidate, encoding="utf-8") as f:
+                self._file_defs = _definitions(f.read())
+        except (OSError, SyntaxError, ValueError):
+            self._file_defs = frozenset()
 
     def _own_source(self, source: str | bytes) -> bool:
-        """Whether a string a DSL parser compiles is (a dedented piece of) the kernel file.
+        """Whether a string a DSL parser compiles is the source of a function or class the kernel file defines.
 
-        The DSLs re-parse the kernel's own functions, never text made at run time (`tvm.script.parse` of a string
-        would run any code).
+        The DSLs re-parse the kernel's own functions (`inspect.getsource` of a `@cute.jit` / `@Tx.prim_func`
+        object), never text made at run time. A piece of the file is not enough: a string literal of the file is
+        a piece of it too, and `tvm.script.parse` of one ran its Python with builtins (red team, session 9).
         """
-        if not hasattr(self, "_file_lines"):
-            try:
-                with open(self.candidate, encoding="utf-8") as f:
-                    self._file_lines = _normalised(f.read())
-            except OSError:
-                self._file_lines = ""
         text = source if isinstance(source, str) else source.decode("utf-8", "replace")
-        return _normalised(text) in self._file_lines
+        return _normalised(text) in self._file_defs
 
     def _library_source(self, source: str | bytes) -> bool:
-        """Whether a string a DSL parser compiles is a piece of one of the DSL's own installed files.
+        """Whether a string a DSL parser compiles is the source of a function or class of the DSL's installed files.
 
         Only files under the DSL packages' folders (fixed before the candidate ran) that the child cannot write
-        (outside its writable folders, or denied to its uid): compiling them runs the library's code, which
-        importing it would run too.
+        (outside its writable folders, or denied to its uid), and only whole definitions: compiling one runs the
+        library's code, which importing it would run too; a fragment (`import os`, `exec(code`) proves nothing.
         """
         text = _normalised(source if isinstance(source, str) else source.decode("utf-8", "replace"))
         if not text or not self._library_roots:
@@ -120,13 +122,13 @@ class Guard:
             real = os.path.realpath(path)
             if not real.startswith(self._library_roots) or (self.writable(real) and os.access(real, os.W_OK)):
                 continue  # a file this process can change is no library
-            if real not in self._library_text:
+            if real not in self._library_defs:
                 try:
                     with open(real, encoding="utf-8") as f:
-                        self._library_text[real] = _normalised(f.read())
-                except (OSError, UnicodeDecodeError):
-                    self._library_text[real] = ""
-            if text in self._library_text[real]:
+                        self._library_defs[real] = _definitions(f.read())
+                except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+                    self._library_defs[real] = frozenset()
+            if text in self._library_defs[real]:
                 return True
         return False
 
@@ -150,7 +152,7 @@ class Guard:
             walk, depth = walk.f_back, depth + 1
         if parser is not None:
             if not self._own_source(source) and not self._library_source(source):
-                self.refuse(f"{event} of source that is not in the kernel file (through {parser})")
+                self.refuse(f"{event} of text that is not a function or class of the kernel file (through {parser})")
             return
         if module == "ast" or _type_expression(source):
             return
@@ -268,6 +270,23 @@ DSL_PACKAGES = ("cutlass", "tvm")
 def _normalised(text: str) -> str:
     """Lines stripped of indentation, blank ones dropped: a dedented function still matches its file."""
     return "\n".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def _definitions(text: str) -> frozenset[str]:
+    """The normalised source of every function and class a file defines (any depth), with and without decorators.
+
+    That is what `inspect.getsource` hands a DSL parser, and nothing else of the file.
+    """
+    import ast
+
+    lines = text.splitlines()
+    out = set()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.end_lineno:
+            starts = {node.lineno, min([d.lineno for d in node.decorator_list] + [node.lineno])}
+            for start in starts:
+                out.add(_normalised("\n".join(lines[start - 1:node.end_lineno])))
+    return frozenset(out)
 
 
 def _type_expression(source: str | bytes) -> bool:
