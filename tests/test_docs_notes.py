@@ -108,9 +108,12 @@ def _run_all(scripts: dict[str, str], tmp_path: Path) -> dict[str, subprocess.Co
     return done
 
 
-def test_every_note_snippet_compiles(tmp_path: Path) -> None:
-    scripts = {f"{name}_{i}": code for name in NOTES for i, code in enumerate(_snippets(name))}
-    assert len(scripts) >= 7
+def test_every_note_and_guide_snippet_runs(tmp_path: Path) -> None:
+    """Every ```python block of the notes (each compiles its kernel) and of the guides (imports and definitions;
+    the guides' complete examples are also dry-run by tests/test_dsl_cute.py and test_dsl_tirx.py) runs as a
+    script. Schematic pieces with placeholders use a plain ``` fence."""
+    scripts = {f"{name}_{i}": code for name in (*NOTES, "cute", "tirx") for i, code in enumerate(_snippets(name))}
+    assert len(scripts) >= 12
     failed = {k: r.stderr[-1500:] for k, r in _run_all(scripts, tmp_path).items() if r.returncode}
     assert not failed, failed
 
