@@ -172,16 +172,19 @@ def estimate(
     grade_s: float = 90.0,
     done: Collection[AttemptKey] = frozenset(),
     cache_prices: Mapping[str, float | None] | None = None,
+    gpu: bool = True,
 ) -> Estimate:
     """Bound the GPU time and dollars the attempts not in `done` can spend.
 
-    GPU: every remaining attempt grades at most ``submissions`` times plus one final regrade, each at most `grade_s`
-    seconds (`check` runs on the CPU). Dollars, per model: offline models (`OFFLINE_PREFIXES`) cost nothing; otherwise
-    only a priced model under a token or cost budget has a bound: ``tokens`` all at the dearer of its two prices,
-    capped by ``cost_usd`` when both are set. The last model call of an attempt can overshoot a budget, which this
-    bound does not include. The bound prices every input token in full; `cache_prices` (dollars per cached input
-    token) only adds a note: an attempt resends its conversation every turn, so with the provider's prompt cache
-    most of its input is billed at that rate and the real cost sits well below the bound.
+    GPU: every remaining attempt grades at most ``submissions`` times plus one final regrade, each at most
+    `grade_s` seconds (`check` runs on the CPU), and its submissions fit in its wall clock (which counts grading).
+    With `gpu=False` (the stand-in executor) nothing runs on a GPU. Dollars, per model: offline models
+    (`OFFLINE_PREFIXES`) cost nothing; otherwise only a priced model under a token or cost budget has a bound:
+    ``tokens`` all at the dearer of its two prices, capped by ``cost_usd`` when both are set. The last model call
+    of an attempt can overshoot a budget, which this bound does not include. The bound prices every input token
+    in full; `cache_prices` (dollars per cached input token) only adds a note: an attempt resends its
+    conversation every turn, so with the provider's prompt cache most of its input is billed at that rate and
+    the real cost sits well below the bound.
     """
     budget.validate()
     if not _is_real(grade_s) or grade_s <= 0:
@@ -197,13 +200,13 @@ def estimate(
         if key not in done_set:
             remaining[key.arm] += 1
 
-    grade_h = (budget.submissions + 1) * grade_s / 3600
+    grade_h = (min(budget.submissions * grade_s, budget.wall_s) + grade_s) / 3600 if gpu else 0.0
     rows = []
     for model, (planned, remaining) in per_model.items():
         left = sum(remaining.values())
         dollars, note = _dollars(left, budget, prices.get(model), model.startswith(OFFLINE_PREFIXES))
         rows.append(ModelEstimate(model, planned, remaining, left * grade_h, dollars, note))
-    notes = []
+    notes = [] if gpu else ["GPU-h: the stand-in executor grades on the CPU, no GPU time"]
     if any(r.dollars is None and r.attempts_remaining for r in rows):
         notes.append("dollars: some models have no bound (see their rows)")
     for model, cached in (cache_prices or {}).items():
@@ -271,8 +274,8 @@ def render(est: Estimate) -> str:
                  f"{est.gpu_hours:.1f}", total_cost])
     widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
     lines = [
-        f"budget per attempt: {', '.join(limits)}; worst case: every attempt left uses every submission plus a final "
-        f"regrade, {est.grade_s:g} s each",
+        f"budget per attempt: {', '.join(limits)}; worst case: every attempt left uses every submission its wall "
+        f"clock allows plus a final regrade, {est.grade_s:g} s each",
         "  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(header, widths, strict=True))),
     ]
     for row in body:

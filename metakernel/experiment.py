@@ -93,7 +93,7 @@ class Experiment:
         prices = {m: litellm_prices(self.specs[m].model) for m in self.cfg.models}
         cached = {m: litellm_cache_price(self.specs[m].model) for m in self.cfg.models}
         est = estimate(self.plan, self.cfg.budget, prices, grade_s=self.cfg.grade_s_estimate, done=done or set(),
-                       cache_prices=cached)
+                       cache_prices=cached, gpu=self.cfg.executor != "stand-in")
         return render(est)
 
     def done_keys(self) -> set[AttemptKey]:

@@ -297,6 +297,18 @@ def test_estimate_by_hand() -> None:
     assert "10 submissions" in text and "500000 tokens" in text
 
 
+def test_gpu_time_is_capped_by_the_wall_clock_and_zero_for_the_stand_in() -> None:
+    """The wall clock counts grading, so a 5-minute attempt cannot grade ten 90-second submissions; the stand-in
+    executor grades on the CPU and books no GPU time (the dry run once quoted GPU-hours for it)."""
+    plan = build_plan([M], [28], "cute2tirx", replicates=1)  # 3 attempts
+    short = estimate(plan, Budget(submissions=10, wall_s=300.0), {M: PRICE}, grade_s=90.0)
+    assert short.gpu_hours == pytest.approx(3 * (300 + 90) / 3600)
+    long = estimate(plan, Budget(submissions=10, wall_s=7200.0), {M: PRICE}, grade_s=90.0)
+    assert long.gpu_hours == pytest.approx(3 * 11 * 90 / 3600)
+    stand_in = estimate(plan, Budget(submissions=10), {M: PRICE}, grade_s=90.0, gpu=False)
+    assert stand_in.gpu_hours == 0 and "no GPU time" in render(stand_in)
+
+
 @pytest.mark.parametrize("seconds, shown", [(5, "5 s"), (90, "90 s"), (2400, "40 min"), (150, "2.5 min"),
                                              (9000, "2.5 h")])
 def test_wall_budgets_read_as_people_write_them(seconds: float, shown: str) -> None:
