@@ -350,6 +350,13 @@ def test_wrong_kernels_get_their_reason(problem, tmp_path, name, status, reason)
     assert report.agent_text().startswith(f"status: {status}")
 
 
+def test_a_traceback_names_the_user_s_own_file(problem, tmp_path):
+    """The child runs a copy of the kernel in its sandbox; the agent is shown its own file's path and line."""
+    report = dry_run(problem, "tirx", _kernel(tmp_path, "my_attempt_7", KERNELS["raises"]))
+    assert report.status == "runtime_error", report.agent_text()
+    assert f'File "{tmp_path / "my_attempt_7.py"}", line' in report.message and "mk-worker" not in report.message
+
+
 def test_an_answer_an_earlier_dsl_launch_computed_is_not_a_token(problem, tmp_path):
     """A later launch handed what an earlier DSL launch of the same call wrote is that launch's work (on the H200
     the gold TIRx kernel of problem 45 was rejected: its finalising launch reads the expert_ids its routing launch

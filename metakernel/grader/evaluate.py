@@ -182,6 +182,9 @@ class Evaluation:
         self.token_producers: list[tuple[str, int, tuple[str, ...]]] = []
 
     def end(self, status: str, reason: str, message: str = "", **fields: Any) -> None:
+        copy = getattr(self.worker, "path", None) if self.worker is not None else None
+        if copy is not None and message:  # tracebacks name the child's copy: show the user's own file instead
+            message = message.replace(str(copy), str(self.kernel))
         self.report.status, self.report.reason, self.report.message = status, reason, message
         for k, v in fields.items():
             setattr(self.report, k, v)
