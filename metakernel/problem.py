@@ -137,11 +137,13 @@ def _parse_spec(name: str, raw: Any, where: str) -> ComparatorSpec:
 
 
 def load_problem_file(path: Path) -> Problem:
-    """Import one problem file and check its declarations (not its numbers: that is `validate`)."""
+    """Import one problem file and check its declarations (not its numbers: that is `validate`).
+
+    Name, number, VERSION, docstring and content hash come from `summarise_problem_file`, the one reading of them
+    that `problems list` shares, so a listing and a grading can never name a problem differently.
+    """
     where = str(path)
-    match = _FILE_RE.match(path.name)
-    if not match:
-        raise UserError("file name must be <NN>_<slug>.py (two digits, lower-case slug)", where)
+    summary = summarise_problem_file(path)
     module_name = f"metakernel_problem_{path.stem}"
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
@@ -157,9 +159,6 @@ def load_problem_file(path: Path) -> Problem:
     for attr in ("reference", "make_inputs", "roofline"):
         if not callable(getattr(module, attr, None)):
             raise UserError(f"missing function {attr}()", where)
-    doc = inspect.getdoc(module) or ""
-    if not doc.strip():
-        raise UserError("missing module docstring (one-line summary, provenance, shapes)", where)
     params = inspect.signature(module.reference).parameters.values()
     if any(p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params):
         raise UserError("reference must take plain positional parameters (one per input)", where)
@@ -182,13 +181,10 @@ def load_problem_file(path: Path) -> Problem:
         for fn in (cspec.scores,):
             if fn and not callable(getattr(module, fn, None)):
                 raise UserError(f"COMPARATORS[{name!r}] refers to missing function {fn}()", where)
-    version = getattr(module, "VERSION", 1)
-    if not isinstance(version, int) or version < 1:
-        raise UserError("VERSION must be a positive integer", where)
     return Problem(
-        number=int(match["nn"]), slug=match["slug"], family=path.parent.name, path=path, module=module,
-        version=version, content_hash=hashlib.sha256(path.read_bytes()).hexdigest()[:16],
-        title=doc.strip().splitlines()[0], docstring=doc, input_names=input_names, output_names=output_names,
+        number=summary.number, slug=summary.slug, family=summary.family, path=path, module=module,
+        version=summary.version, content_hash=summary.content_hash, title=summary.title,
+        docstring=inspect.getdoc(module) or "", input_names=input_names, output_names=output_names,
         mutates=mutates, comparators=comparators,
     )
 
