@@ -8,6 +8,7 @@ and when an experiment must stop starting new attempts because it has spent its 
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -88,11 +89,9 @@ Prices = tuple[float, float]
 """(dollars per input token, dollars per output token)."""
 
 
-def litellm_prices(model: str) -> Prices | None:
-    """The model's per-token prices from litellm's local cost map; None when unpriced (or scripted/local).
-
-    A price of zero for both directions is read as unknown, not free, matching how the client records cost.
-    """
+@functools.cache
+def _model_info(model: str) -> dict[str, Any] | None:
+    """The local cost-map entry litellm has for a model; None when offline (scripted/local) or unknown to it."""
     if model.startswith(OFFLINE_PREFIXES):
         return None
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # else importing litellm fetches a cost map
@@ -100,8 +99,18 @@ def litellm_prices(model: str) -> Prices | None:
 
     litellm.suppress_debug_info = True
     try:
-        info = litellm.get_model_info(model)
+        return dict(litellm.get_model_info(model))
     except Exception:  # noqa: BLE001 - litellm raises plain exceptions for models it does not know
+        return None
+
+
+def litellm_prices(model: str) -> Prices | None:
+    """The model's per-token prices from litellm's local cost map; None when unpriced (or scripted/local).
+
+    A price of zero for both directions is read as unknown, not free, matching how the client records cost.
+    """
+    info = _model_info(model)
+    if info is None:
         return None
     pin, pout = info.get("input_cost_per_token"), info.get("output_cost_per_token")
     if not _is_real(pin) or not _is_real(pout) or (pin == 0 and pout == 0):
@@ -111,16 +120,7 @@ def litellm_prices(model: str) -> Prices | None:
 
 def litellm_cache_price(model: str) -> float | None:
     """Dollars per input token read from the provider's prompt cache (litellm's local cost map), None if unknown."""
-    if model.startswith(OFFLINE_PREFIXES):
-        return None
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import litellm
-
-    litellm.suppress_debug_info = True
-    try:
-        price = litellm.get_model_info(model).get("cache_read_input_token_cost")
-    except Exception:  # noqa: BLE001 - litellm raises plain exceptions for models it does not know
-        return None
+    price = (_model_info(model) or {}).get("cache_read_input_token_cost")
     return float(price) if _is_real(price) and price else None
 
 
