@@ -207,14 +207,17 @@ def test_the_candidate_may_not_open_the_process_s_own_symbols():
 
 def test_a_crafted_cubin_only_loses_the_resource_table():
     """The check must never fail on a cubin's bytes: an ELF header whose section-table offset does not fit in a
-    ssize_t makes struct.unpack_from raise OverflowError (CuTe: out of the launch, into solve; TIRx: reported as a
-    failed CUDA device compilation)."""
+    ssize_t makes struct.unpack_from raise OverflowError (it once left CuTe's launch into solve, and was reported as a
+    failed CUDA device compilation for TIRx)."""
     import struct
 
-    from metakernel.dsl.cute import _parse_cubin
-    from metakernel.dsl.tirx import _cubin_resources
+    from metakernel.dsl.resources import ResourceLog, parse_cubin
 
     data = bytearray(b"\x7fELF\x02" + bytes(59))
     struct.pack_into("<Q", data, 0x28, 2**64 - 1)
     struct.pack_into("<HHH", data, 0x3A, 64, 1, 0)
-    assert _parse_cubin(bytes(data)) == [] and _cubin_resources(bytes(data)) == []
+    assert parse_cubin(bytes(data)) == []
+    log = ResourceLog()  # what both adapters record their cubins in
+    log.add("k", bytes(data))
+    log.use("k")
+    assert log.take() == [] and log.take() == []

@@ -48,6 +48,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from metakernel.dsl.base import LaunchGate
+from metakernel.dsl.resources import ResourceLog
 from metakernel.paths import guides_dir
 
 ARCH = "sm_90a"
@@ -64,8 +65,7 @@ class _State:
         self.shims: list[tuple[Any, str, Any]] = []
         self.installed = False
         self.cpu_shims = False
-        self.cubins: list[str] = []  # hashes of the cubins intercepted since `take_resources`
-        self.parsed: dict[str, list[Any]] = {}
+        self.resources = ResourceLog()  # cubins by hash, for the dry run's resource table
 
 
 _STATE = _State()
@@ -147,26 +147,8 @@ def _note_cubin(obj: Any) -> None:
             cubin = f.read()
     if isinstance(cubin, (bytes, bytearray)):
         key = hashlib.sha256(cubin).hexdigest()
-        if key not in _STATE.parsed:
-            _STATE.parsed[key] = _parse_cubin(bytes(cubin))
-        if key not in _STATE.cubins:
-            _STATE.cubins.append(key)
-
-
-def _parse_cubin(cubin: bytes) -> list[Any]:
-    from metakernel.dsl.resources import from_cubin
-
-    try:
-        return from_cubin(cubin)
-    except Exception:  # noqa: BLE001 - any malformed cubin (OverflowError too) only loses the table
-        return []  # an unreadable cubin only loses the table, never the check
-
-
-def take_resources() -> list[dict[str, Any]]:
-    """Resource rows of the kernels intercepted since the last call (the dry run's table)."""
-    rows = [k.as_dict() for key in _STATE.cubins for k in _STATE.parsed.get(key, [])]
-    _STATE.cubins = []
-    return rows
+        _STATE.resources.add(key, bytes(cubin))
+        _STATE.resources.use(key)
 
 
 def _validate_execution_args(obj: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -579,7 +561,7 @@ class CuteAdapter:
 
         Registers, stack, shared memory, block size and occupancy (metakernel.dsl.resources).
         """
-        return take_resources()
+        return _STATE.resources.take()
 
     def guide(self) -> str:
         """The agent-facing guide, docs/guides/cute.md (shipped in wheels as package data)."""

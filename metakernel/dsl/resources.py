@@ -139,6 +139,38 @@ def _symbol_names(sections: dict[str, tuple[int, int, int, int]], data: bytes) -
     return names
 
 
+def parse_cubin(data: bytes) -> list[KernelResources]:
+    """`from_cubin` that never raises: a malformed cubin only loses the resource table, never the check."""
+    try:
+        return from_cubin(bytes(data))
+    except Exception:  # noqa: BLE001 - any malformed ELF (struct errors, OverflowError, bad indices)
+        return []
+
+
+class ResourceLog:
+    """One adapter's parsed cubins by key, and which of them the launches since the last `take` used."""
+
+    def __init__(self) -> None:
+        self.kernels: dict[str, list[KernelResources]] = {}
+        self.used: list[str] = []
+
+    def add(self, key: str, cubin: bytes) -> None:
+        """Parse a module's cubin once, under a key that names the module (a hash of its source or bytes)."""
+        if key not in self.kernels:
+            self.kernels[key] = parse_cubin(cubin)
+
+    def use(self, key: str) -> None:
+        """A launch of that module was intercepted."""
+        if key not in self.used:
+            self.used.append(key)
+
+    def take(self) -> list[dict[str, Any]]:
+        """Rows of the modules used since the last call (the dry run's table for one request)."""
+        rows = [k.as_dict() for key in self.used for k in self.kernels.get(key, [])]
+        self.used = []
+        return rows
+
+
 def occupancy(k: KernelResources, limits: dict[str, int] = SM90) -> KernelResources:
     """Blocks per SM and occupancy from registers, threads and static shared memory (dynamic smem not known)."""
     if not k.threads:
@@ -182,4 +214,4 @@ def table(rows: list[dict[str, Any]], width: int = 40) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["KernelResources", "from_cubin", "occupancy", "table"]
+__all__ = ["KernelResources", "ResourceLog", "from_cubin", "occupancy", "parse_cubin", "table"]

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from metakernel.dsl.base import LaunchGate
+from metakernel.dsl.resources import ResourceLog
 from metakernel.paths import guides_dir
 
 # docs/ is not package data: the guide is read from the checkout (or METAKERNEL_GUIDES_DIR).
@@ -61,8 +62,7 @@ class _HookState:
         self.orig_get_function: Any = None
         self.orig_time_evaluator: Any = None
         self.device_checked: dict[str, BaseException | None] = {}
-        self.resources: dict[str, list[Any]] = {}  # source hash -> its kernels' KernelResources (dry run)
-        self.used: list[str] = []  # source hashes compiled or met since `take_resources`
+        self.resources = ResourceLog()  # cubins by source hash, for the dry run's resource table
 
 
 _STATE = _HookState()
@@ -154,33 +154,15 @@ def _device_compile_check(mod: Any) -> None:
 
                 with tvm.target.Target({"kind": "cuda", "arch": arch}):  # nvcc reads the arch from the scope
                     binary = tvm_nvcc.compile_cuda(src, target_format="cubin", compiler=mode)
-                _STATE.resources[key] = _cubin_resources(binary)
+                _STATE.resources.add(key, bytes(binary))
             except Exception as e:  # noqa: BLE001
                 err = e
             _STATE.device_checked[key] = err
-        if key not in _STATE.used:
-            _STATE.used.append(key)
+        _STATE.resources.use(key)
         cached = _STATE.device_checked[key]
         if cached is not None:
             text = str(cached).replace(src, f"[generated CUDA source, {src.count(chr(10)) + 1} lines, omitted]\n")
             raise RuntimeError(f"CUDA device compilation ({mode}, {arch}) failed:\n{text}") from None
-
-
-def _cubin_resources(binary: Any) -> list[Any]:
-    """The kernels of one compiled module (an unreadable cubin only loses the table, never the check)."""
-    from metakernel.dsl.resources import from_cubin
-
-    try:
-        return from_cubin(bytes(binary))
-    except Exception:  # noqa: BLE001 - any malformed cubin (OverflowError too) only loses the table
-        return []
-
-
-def take_resources() -> list[dict[str, Any]]:
-    """Resource rows of the kernels compiled or reused since the last call (the dry run's table)."""
-    rows = [k.as_dict() for key in _STATE.used for k in _STATE.resources.get(key, [])]
-    _STATE.used = []
-    return rows
 
 
 class GatedFunction:
@@ -557,7 +539,7 @@ class TirxAdapter:
 
         Registers, stack, shared memory, block size and occupancy (metakernel.dsl.resources).
         """
-        return take_resources()
+        return _STATE.resources.take()
 
     def guide(self) -> str:
         """The agent-facing guide, docs/guides/tirx.md (METAKERNEL_GUIDES_DIR overrides the folder)."""
