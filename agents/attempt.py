@@ -99,11 +99,16 @@ def _size(ms: list[dict[str, Any]]) -> int:
                for m in ms)
 
 
-def _trim_one(m: dict[str, Any]) -> None:
-    """Replace a long tool output or old kernel by a note saying what it was (in place, on a copy)."""
+def _trim_one(m: dict[str, Any]) -> int:
+    """Replace a long tool output or old kernel by a note saying what it was (in place, on a copy).
+
+    Returns the characters saved, so callers keep a running total instead of re-measuring the conversation.
+    """
+    saved = 0
     content = m.get("content") or ""
     if m["role"] in ("tool", "user") and isinstance(content, str) and len(content) > 300:
         m["content"] = f"[earlier output trimmed: {len(content)} characters]"
+        saved += len(content) - len(m["content"])
     calls = m.get("tool_calls")
     if calls:
         new_calls = []
@@ -111,9 +116,11 @@ def _trim_one(m: dict[str, Any]) -> None:
             args = c["function"]["arguments"]
             if len(args) > 300:
                 short = json.dumps({"note": f"[earlier arguments trimmed: {len(args)} characters]"})
+                saved += len(args) - len(short)
                 c = {**c, "function": {**c["function"], "arguments": short}}
             new_calls.append(c)
         m["tool_calls"] = new_calls
+    return saved
 
 
 def trim_context(messages: list[dict[str, Any]], limit: int, upto: int = 2) -> tuple[list[dict[str, Any]], int]:
@@ -126,15 +133,16 @@ def trim_context(messages: list[dict[str, Any]], limit: int, upto: int = 2) -> t
     holds then stay byte-identical for the next several turns instead of changing at every turn.
     """
     upto = max(2, min(upto, len(messages)))
-    if upto == 2 and _size(messages) <= limit:
+    total = _size(messages)
+    if upto == 2 and total <= limit:
         return messages, upto
     out = [dict(m) for m in messages]
     for i in range(2, upto):
-        _trim_one(out[i])
-    if _size(out) > limit:
+        total -= _trim_one(out[i])
+    if total > limit:
         stop = max(2, len(out) - _KEEP_RECENT)
-        while upto < stop and _size(out) > TRIM_TO * limit:
-            _trim_one(out[upto])
+        while upto < stop and total > TRIM_TO * limit:
+            total -= _trim_one(out[upto])
             upto += 1
     return out, upto
 
