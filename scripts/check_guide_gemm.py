@@ -98,7 +98,7 @@ def check_gold(iters: int) -> None:
     for o in verdict.outputs:
         print(f"problem 32 gold: {o.name} passed={o.passed} max err {o.max_error:.4g} allowance {o.allowance:.4g}")
     print(f"problem 32 gold: verdict {verdict.text()}")
-    flop = problem.roofline(*inputs)["flops"]
+    flop = problem.roofline(inputs)["flops"]
     t_gold = median_ms(lambda: gold.solve(*inputs), iters)
     t_eager = median_ms(lambda: problem.reference(*inputs), iters)
     print(f"problem 32 gold {t_gold:8.3f} ms {flop / t_gold / 1e9:6.0f} TFLOP/s   eager reference (cuBLAS) "
