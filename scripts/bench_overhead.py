@@ -221,15 +221,16 @@ def measure_floors(args: Any) -> int:
         floors[route] = {"median_us": (a["median_us"] + b["median_us"]) / 2 if ok else None,
                          "aa_spread_us": abs(a["median_us"] - b["median_us"]) if ok else None, "runs": [a, b]}
         print(f"floor {route}: {floors[route]['median_us']} us (A/A {floors[route]['aa_spread_us']} us)")
-    gpu = (provenance().get("gpu") or {}).get("name") or args.device
-    data["floors"] = {"gpu": gpu, "routes": floors}
+    measured = provenance()  # this run's, not the resumed report's (which may be from another commit)
+    gpu = (measured.get("gpu") or {}).get("name") or args.device
+    data["floors"] = {"gpu": gpu, "provenance": measured, "routes": floors}
     write_json_atomic(out, data)
     if os.environ.get("OUT"):
         write_json_atomic(Path(os.environ["OUT"], out.name), data)
     if args.device == "cuda":
         known = json.loads(FLOORS_DATA.read_text()) if FLOORS_DATA.is_file() else {}
         known[str(gpu)] = {route: f["median_us"] for route, f in floors.items()} | {
-            "revision": (data.get("provenance") or {}).get("revision", {}).get("commit")}
+            "revision": (measured.get("revision") or {}).get("commit")}
         write_json_atomic(FLOORS_DATA, known)
         if os.environ.get("OUT"):
             write_json_atomic(Path(os.environ["OUT"], FLOORS_DATA.name), known)
