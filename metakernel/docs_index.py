@@ -49,7 +49,7 @@ _OPERATORS = frozenset({"AND", "OR", "NOT", "NEAR"})
 #: left out of the any-word query, where they made long documents outrank the one about streams.
 _STOP_WORDS = frozenset({"a", "an", "the", "which", "what", "how", "does", "do", "is", "are", "on", "in", "of",
                          "to", "for", "and", "with", "can", "i", "my", "it", "be", "by", "from", "at", "as", "this",
-                         "that", "when", "why", "where", "should", "use", "get"})
+                         "that", "when", "why", "where", "should", "use", "get", "or", "vs", "versus"})
 
 
 @dataclass(frozen=True)

@@ -202,3 +202,27 @@ def test_the_notes_claims_about_generated_code_hold(tmp_path: Path) -> None:
     tirx = results["tirx_ptx"]
     assert tirx["launch_bounds"]
     assert {"tanh.approx.f32", "ex2.approx.ftz.f32", "div.approx.ftz.f32", "div.rn.f32"} <= set(tirx["ops"])
+
+
+#: The table rows of each note's fast-math section, by the case names of scripts/check_notes_accuracy.py.
+NOTE_CASES = {
+    "cute": ("exp", "exp_fastmath", "exp2", "tanh", "tanh_approx", "div", "rcp_approx", "sigmoid", "silu"),
+    "tirx": ("exp", "ptx_ex2", "tanh", "div", "ptx_div_rn", "ptx_rcp", "sigmoid", "silu"),
+}
+
+
+def test_the_notes_figures_are_the_committed_h200_measurements() -> None:
+    """Each ulp figure in a note's table is the H200 run's (validation/h200-notes-accuracy.json), rounded as printed;
+    the 'all but 0.02 % round to the same bf16' and '227 KB launches, 228 KB is refused' claims hold there too."""
+    data = json.loads((ROOT / "validation" / "h200-notes-accuracy.json").read_text(encoding="utf-8"))
+    assert "H200" in data["provenance"]["gpu"]["name"]
+    records = {(r["dsl"], r["case"]): r for r in data["records"]}
+    for dsl, cases in NOTE_CASES.items():
+        note = (ROOT / "docs" / "guides" / f"{dsl}-notes.md").read_text(encoding="utf-8")
+        for case in cases:
+            r = records[(dsl, case)]
+            ulp = r["max_ulp_fp32"]
+            shown = f"{ulp:.0f} ulp" if ulp >= 10 else f"{ulp:.1f} ulp"
+            assert shown in note, f"{dsl} {case}: the H200 measured {ulp:.3g} ulp; the note should say {shown}"
+            assert r["bf16_mismatch_fraction"] <= 0.0002 and r["bf16_max_ulp_diff"] <= 1, (dsl, case)
+        assert records[(dsl, "smem_227KB")]["ok"] and not records[(dsl, "smem_228KB")]["ok"]
