@@ -1,7 +1,8 @@
 """Measure on the GPU the accuracy claims of docs/guides/cute-notes.md and tirx-notes.md (and their shared memory).
 
-The notes' sections "Fast math ..." quote the PTX ISA's error bounds (tanh.approx.f32: relative error about 2^-11,
-div.approx: 2 ulp, ...), not a measurement. This script measures, per DSL and per spelling the notes use, the
+The notes' "Fast math ..." tables and shared-memory limits are this script's H200 figures (the PTX ISA's bounds,
+e.g. tanh.approx.f32 about 2^-11, are not what the hardware does; tests/test_docs_notes.py ties the notes to
+validation/h200-notes-accuracy.json). It measures, per DSL and per spelling the notes use, the
 error of each function on 2^22 random fp32 inputs against the float64 torch result: max absolute, max relative
 (where |ref| > 1e-30), max and mean error in fp32 ulps, mean absolute, and after rounding both to bf16 the max
 difference in bf16 ulps and the share of values that round differently ("fine for a value rounded to bf16 next").
@@ -57,7 +58,7 @@ REFS = {
     "gelu_tanh": lambda a, b: 0.5 * a * (1.0 + (0.7978845608028654 * (a + 0.044715 * a**3)).tanh()),
 }
 #: dsl -> [(case, spelling, reference, input)]; the kernel variant is the case without "_tiny". Spellings are the
-#: notes' own; sigmoid as 1 / (1 + exp(-x)) is ours (the notes' "sigmoid / SiLU" expression is SiLU).
+#: notes' own (sigmoid is 1 / (1 + exp(-x)), SiLU x / (1 + exp(-x))).
 CASES = {
     "cute": [
         ("exp", "cute.math.exp(x)", "exp", "exp"),
