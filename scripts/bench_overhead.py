@@ -65,11 +65,15 @@ def _load(path: str | Path, name: str) -> Any:
 
 
 #: The grader's pieces a plain process can add one by one (`--layers`), to find where added time goes.
-LAYERS = ("gate", "guard", "spin", "pin")
-#: The layer sets the study runs per kernel (`--study`), between the plain runs A and B.
-STUDY = ("gate", "gate,guard", "gate,guard,spin,pin")
-#: And the grader itself with one of its pieces taken out (no baselines: only the kernel's median is compared).
-GRADER_STUDY = {"no_spin": {"spin_ms": 0.0}, "no_pin": {"pin_cores": False}}
+LAYERS = ("gate", "guard", "arena", "poison", "spin", "pin")
+#: The layer sets the study runs per kernel (`--study`), between the plain runs A and B (the gate alone is known:
+#: within the A/A spread of the plain bracket at 14052e3).
+STUDY = ("gate,guard", "gate,guard,arena,poison", "gate,guard,arena,poison,spin,pin")
+#: And the grader itself with its pieces taken out (no baselines: only the kernel's median is compared);
+#: "sandbox": False grades in a child without OS isolation (the study's only way to tell the sandbox's share).
+GRADER_STUDY: dict[str, dict[str, Any]] = {
+    "no_spin": {"spin_ms": 0.0}, "no_pin": {"pin_cores": False}, "no_sandbox": {"sandbox": False},
+    "bare": {"spin_ms": 0.0, "pin_cores": False, "sandbox": False}}
 
 
 def _add_layers(layers: set[str], dsl: str, target: str) -> tuple[Any, Any]:
@@ -127,6 +131,15 @@ def plain_bracket(number: int | str, target: str, draws: int, device: str, layer
     if "gate" in wanted and target == "eager":
         raise SystemExit("the launch gate needs a kernel file and its --dsl, not the eager reference")
     gate, (counts, window) = _add_layers(wanted, dsl, target)
+    arena = None
+    if "arena" in wanted and device == "cuda":  # inputs as the child sees them: views of memory torch does not own
+        from metakernel.grader import transport
+
+        probe_inputs = problem.make_inputs(device=device, scale="full")
+        nbytes = transport.draw_bytes(probe_inputs) + 64 * transport.ALIGN
+        del probe_inputs
+        backing = torch.empty(nbytes, dtype=torch.uint8, device=device)
+        arena = transport.wrap_device_bytes(backing.data_ptr(), nbytes)
     if target == "eager":
         fn = problem.reference
     else:
@@ -148,6 +161,13 @@ def plain_bracket(number: int | str, target: str, draws: int, device: str, layer
         for i in range(WARMUP + draws):
             torch.manual_seed(1000 + i)
             inputs = problem.make_inputs(device=device, scale="full" if device == "cuda" else "small")
+            if arena is not None:
+                inputs = transport.place(inputs, arena)[0]
+                sync()
+            if "poison" in wanted:
+                block = torch.empty(sum(getattr(x, "nbytes", 0) for x in inputs), dtype=torch.uint8, device=device)
+                block.fill_(0xFF)
+                del block
             if gate is not None:
                 gate.reset()
             if spin_buf is not None:
@@ -177,6 +197,24 @@ def plain_bracket(number: int | str, target: str, draws: int, device: str, layer
     if "guard" in wanted:
         row["audit_events_per_call"] = {k: v / len(times) for k, v in sorted(counts.items())}
     return row
+
+
+def _grade_variant(problem: Any, sol: Any, device: str, change: dict[str, Any]) -> Any:
+    """One grading without baselines, with GradeOptions changed; `sandbox: False` forces a child without isolation."""
+    from metakernel.grader import sandbox
+    from metakernel.grader.evaluate import GradeOptions, grade
+
+    change = dict(change)
+    isolated = change.pop("sandbox", True)
+    options = replace(GradeOptions(), baselines=False, **change)
+    if isolated:
+        return grade(problem, sol.dsl, sol.path, device=device, options=options)
+    default_mode = sandbox.default_mode
+    sandbox.default_mode = lambda: "none"  # type: ignore[assignment]
+    try:
+        return grade(problem, sol.dsl, sol.path, device=device, options=replace(options, require_isolation=False))
+    finally:
+        sandbox.default_mode = default_mode  # type: ignore[assignment]
 
 
 def _plain(number: int | str, target: str, draws: int, device: str, layers: str = "", dsl: str = "") -> dict[str, Any]:
@@ -241,6 +279,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plain", nargs=2, metavar=("PROBLEM", "TARGET"), help=argparse.SUPPRESS)
     parser.add_argument("--only", default="", help="problem numbers, comma separated")
+    parser.add_argument("--keys", default="", help="gold solution keys, comma separated (e.g. 28/correct/tirx.py)")
     parser.add_argument("--out", default="validation/h200-overhead.json")
     parser.add_argument("--budget", type=float, default=480.0, help="seconds before stopping (resume later)")
     parser.add_argument("--draws", type=int, default=300)
@@ -271,10 +310,12 @@ def main() -> int:
     data.setdefault("runs", []).append(provenance())
     data["bound"] = f"|grader - plain| <= max({BOUND_US} us, {BOUND_SHARE:.0%} of plain, 2 x plain A/A spread)"
     wanted = {int(x) for x in args.only.split(",") if x.strip()}
+    keys = {x.strip() for x in args.keys.split(",") if x.strip()}
     catalog = load_catalog()
     started = time.monotonic()
     for sol in gold.discover():
-        if sol.kind != "gold" or (wanted and sol.number not in wanted) or sol.key in data["kernels"]:
+        if sol.kind != "gold" or (wanted and sol.number not in wanted) or (keys and sol.key not in keys) \
+                or sol.key in data["kernels"]:
             continue
         if time.monotonic() - started > args.budget:
             print("budget spent; run again to resume")
@@ -287,11 +328,12 @@ def main() -> int:
                    for layers in (STUDY if args.study else ())}
         variants = {}
         for label, change in (GRADER_STUDY.items() if args.study else ()):
-            varied = grade(problem, sol.dsl, sol.path, device=args.device,
-                           options=replace(GradeOptions(), baselines=False, **change))
+            varied = _grade_variant(problem, sol, args.device, change)
             variants[label] = {"status": varied.status,
                                "median_us": varied.timing.median_us if varied.timing else None,
-                               "n": varied.timing.n if varied.timing else None}
+                               "n": varied.timing.n if varied.timing else None,
+                               "isolation": (varied.isolation or {}).get("mode"),
+                               "child_steps_s": {k: v for k, v in varied.phases_s.items() if "child" in k}}
         report = grade(problem, sol.dsl, sol.path, device=args.device, options=GradeOptions())
         kernel_b = _plain(sol.number, str(sol.path), args.draws, args.device)
         eager_b = _plain(sol.number, "eager", args.draws, args.device)
