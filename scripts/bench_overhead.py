@@ -65,15 +65,15 @@ def _load(path: str | Path, name: str) -> Any:
 
 
 #: The grader's pieces a plain process can add one by one (`--layers`), to find where added time goes.
-LAYERS = ("gate", "guard", "arena", "poison", "spin", "pin")
+LAYERS = ("gate", "guard", "arena", "ipc", "poison", "spin", "pin")
 #: The layer sets the study runs per kernel (`--study`), between the plain runs A and B (the gate alone is known:
 #: within the A/A spread of the plain bracket at 14052e3).
-STUDY = ("gate,guard", "gate,guard,arena,poison", "gate,guard,arena,poison,spin,pin")
+STUDY = ("gate,guard", "gate,guard,arena,poison", "gate,guard,ipc,poison", "gate,guard,ipc,poison,spin,pin")
 #: And the grader itself with its pieces taken out (no baselines: only the kernel's median is compared);
 #: "sandbox": False grades in a child without OS isolation (the study's only way to tell the sandbox's share).
 GRADER_STUDY: dict[str, dict[str, Any]] = {
     "no_spin": {"spin_ms": 0.0}, "no_pin": {"pin_cores": False}, "no_sandbox": {"sandbox": False},
-    "bare": {"spin_ms": 0.0, "pin_cores": False, "sandbox": False}}
+    "bare": {"spin_ms": 0.0, "pin_cores": False, "sandbox": False}, "local_inputs": {"local_inputs": True}}
 
 
 def _add_layers(layers: set[str], dsl: str, target: str) -> tuple[Any, Any]:
@@ -105,7 +105,9 @@ def _add_layers(layers: set[str], dsl: str, target: str) -> tuple[Any, Any]:
 
         # the child's read-only binds: this checkout and the installed packages (they may lie under /tmp)
         readonly = [str(Path(__file__).resolve().parents[1])] + [p for p in sys.path if p and os.path.isdir(p)]
-        guard = Guard(target, tempfile.mkdtemp(prefix="mk-overhead-work-"), readonly)
+        work = tempfile.mkdtemp(prefix="mk-overhead-work-")
+        tempfile.tempdir = work  # the child's TMPDIR is its work dir (CuTe writes its compile scratch there)
+        guard = Guard(target, work, readonly)
         sys.addaudithook(guard)
         guard.armed = True
     return gate, (counts, window)
@@ -132,14 +134,18 @@ def plain_bracket(number: int | str, target: str, draws: int, device: str, layer
         raise SystemExit("the launch gate needs a kernel file and its --dsl, not the eager reference")
     gate, (counts, window) = _add_layers(wanted, dsl, target)
     arena = None
-    if "arena" in wanted and device == "cuda":  # inputs as the child sees them: views of memory torch does not own
+    if {"arena", "ipc"} & wanted and device == "cuda":  # inputs as the child sees them: views of memory torch
+        # does not own ("arena": this process's own; "ipc": another process's, mapped as the child maps its arenas)
         from metakernel.grader import transport
 
-        probe_inputs = problem.make_inputs(device=device, scale="full")
-        nbytes = transport.draw_bytes(probe_inputs) + 64 * transport.ALIGN
-        del probe_inputs
-        backing = torch.empty(nbytes, dtype=torch.uint8, device=device)
-        arena = transport.wrap_device_bytes(backing.data_ptr(), nbytes)
+        if "ipc" in wanted:
+            spec = json.loads(os.environ[IPC_ENV])
+            torch.empty(1, device=device)
+            base = transport.Driver().open(spec["handle"]) + int(spec["offset"])
+            arena = transport.wrap_device_bytes(base, int(spec["nbytes"]))
+        else:
+            backing = torch.empty(_arena_bytes(problem), dtype=torch.uint8, device=device)
+            arena = transport.wrap_device_bytes(backing.data_ptr(), backing.numel())
     if target == "eager":
         fn = problem.reference
     else:
@@ -199,6 +205,16 @@ def plain_bracket(number: int | str, target: str, draws: int, device: str, layer
     return row
 
 
+#: The "ipc" layer's arena (made by the study's own process, as the grader's parent makes the child's).
+IPC_ENV = "MK_OVERHEAD_IPC_ARENA"
+
+
+def _arena_bytes(problem: Any) -> int:
+    from metakernel.grader import transport
+
+    return transport.draw_bytes(problem.make_inputs(device="cuda", scale="full")) + 64 * transport.ALIGN
+
+
 def _grade_variant(problem: Any, sol: Any, device: str, change: dict[str, Any]) -> Any:
     """One grading without baselines, with GradeOptions changed; `sandbox: False` forces a child without isolation."""
     from metakernel.grader import sandbox
@@ -222,7 +238,15 @@ def _plain(number: int | str, target: str, draws: int, device: str, layers: str 
     cmd = [sys.executable, __file__, "--plain", str(number), target, "--draws", str(draws), "--device", device]
     if layers:
         cmd += ["--layers", layers, "--dsl", dsl]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    env, arena = dict(os.environ), None
+    if "ipc" in layers.split(",") and device == "cuda":
+        from metakernel.catalog import load_catalog
+        from metakernel.grader import transport
+
+        arena, _pool = transport.allocate_arena(_arena_bytes(load_catalog().problem(int(number))))
+        env[IPC_ENV] = json.dumps(transport.export_arena(transport.Driver(), arena))
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False, env=env)
+    del arena
     if done.returncode != 0:
         return {"error": (done.stderr or done.stdout)[-2000:]}
     return json.loads(done.stdout.strip().splitlines()[-1])

@@ -79,6 +79,7 @@ class Guard:
         self.violations: list[str] = []
         self.armed = False
         self._busy = False
+        self.events = 0  # every event seen (the request loop reports those raised inside the timed window)
         self._getframe = sys._getframe
         self._judged: dict[str, bool] = {}  # co_filename -> the candidate's code? (files that existed only)
         # The DSL packages' folders, taken now (the DSL is imported, the candidate not yet): a DSL parser may
@@ -206,6 +207,7 @@ class Guard:
 
     def __call__(self, event: str, args: tuple[Any, ...]) -> None:
         """The audit hook: check one event (never re-entered by the checks' own events)."""
+        self.events += 1
         if not self.armed or self._busy:
             return
         self._busy = True
@@ -502,21 +504,35 @@ class Child:
                 _pin_near_gpu(self.torch)
             if msg.get("spin_ms"):
                 self.spin(float(msg["spin_ms"]) / 1e3)
+        arena_views = None
+        if msg.get("local_inputs") and self.device == "cuda":  # overhead study: the draw in this process's memory
+            arena_views = inputs
+            inputs = [self.b.clone(x) if isinstance(x, self.torch.Tensor) else x for x in inputs]
+            if self.gate is not None:
+                self.gate.protected = frozenset(x.untyped_storage().data_ptr() for x in inputs
+                                                if isinstance(x, self.torch.Tensor))
+            self.b.sync()
         steps["flush_spin"] = _perf()
         probe_before = host_probe()
+        events = self.guard.events if self.guard is not None else 0
         try:
             out, host_s = self._bracket(inputs)
         finally:
             if self.gate is not None:
                 self.gate.audit = self.gate.randomize = False
                 self.gate.only = None
+        window_events = (self.guard.events - events) if self.guard is not None else 0
         probe_after = host_probe()
+        if arena_views is not None:  # in-place updates reach the parent through the arena
+            for view, local in zip(arena_views, inputs, strict=True):
+                if isinstance(view, self.torch.Tensor):
+                    self.b.copy_(view, local)
         # One clock since protocol 2 (the bound perf_counter around a device-wide sync): `event_s` is that bracket.
         reply: dict[str, Any] = {"ok": True, "host_s": host_s, "event_s": host_s,
                                  "launches": self.gate.launches if self.gate else None,
                                  "units": sorted(self.gate.units) if self.gate else [],
                                  "probe_s": max(probe_before, probe_after), "probe_before_s": probe_before,
-                                 "probe_after_s": probe_after}
+                                 "probe_after_s": probe_after, "window_events": window_events}
         steps["bracket_probes"] = _perf()
         out_blobs: list[bytes] = []
         reply["out"] = self.export_outputs(out, 0, out_blobs)

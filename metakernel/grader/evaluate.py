@@ -63,6 +63,7 @@ class GradeOptions:
     flush_l2: bool = False
     spin_ms: float = 2.0  # GPU kept busy before each timed call (child.Child.spin says why)
     pin_cores: bool = True  # the child pinned to two cores by the GPU (child._pin_near_gpu); off: the overhead study
+    local_inputs: bool = False  # overhead study: the child times on copies of the draw in memory it allocated
     call_timeout_s: float = 120.0
     start_timeout_s: float = 300.0
     scale: str | None = None
@@ -454,6 +455,8 @@ class Evaluation:
             spent["timing_draw"] += t1 - t0
             spent["timing_call"] += t2 - t1
             spent["timing_check"] += time.perf_counter() - t2
+            spent["timing_child_window_events"] = spent.get("timing_child_window_events", 0.0) + float(
+                reply.get("window_events") or 0)  # a count (audit events raised inside the timed window), not seconds
             for step, seconds in (reply.get("steps_s") or {}).items():  # the child's own account (diagnostics)
                 if isinstance(seconds, (int, float)):
                     key = f"timing_child_{step}"
