@@ -65,7 +65,9 @@ def _load(path: str | Path, name: str) -> Any:
 
 
 #: The grader's pieces a plain process can add one by one (`--layers`), to find where added time goes.
-LAYERS = ("gate", "guard", "arena", "ipc", "poison", "spin", "pin")
+LAYERS = ("gate", "guard", "arena", "ipc", "poison", "idle", "spin", "pin")
+#: The "idle" layer: the child waits this long, blocked, for each request (the parent draws and checks meanwhile).
+IDLE_S = 0.005
 #: The layer sets the study runs per kernel (`--study`), between the plain runs A and B (the gate alone is known:
 #: within the A/A spread of the plain bracket at 14052e3).
 STUDY = ("gate,guard", "gate,guard,arena,poison", "gate,guard,ipc,poison", "gate,guard,ipc,poison,spin,pin")
@@ -73,7 +75,8 @@ STUDY = ("gate,guard", "gate,guard,arena,poison", "gate,guard,ipc,poison", "gate
 #: "sandbox": False grades in a child without OS isolation (the study's only way to tell the sandbox's share).
 GRADER_STUDY: dict[str, dict[str, Any]] = {
     "no_spin": {"spin_ms": 0.0}, "no_pin": {"pin_cores": False}, "no_sandbox": {"sandbox": False},
-    "bare": {"spin_ms": 0.0, "pin_cores": False, "sandbox": False}, "local_inputs": {"local_inputs": True}}
+    "bare": {"spin_ms": 0.0, "pin_cores": False, "sandbox": False}, "local_inputs": {"local_inputs": True},
+    "busy_wait": {"busy_wait_ms": 50.0}}
 
 
 def _add_layers(layers: set[str], dsl: str, target: str) -> tuple[Any, Any]:
@@ -170,6 +173,8 @@ def plain_bracket(number: int | str, target: str, draws: int, device: str, layer
             if arena is not None:
                 inputs = transport.place(inputs, arena)[0]
                 sync()
+            if "idle" in wanted:
+                time.sleep(IDLE_S)
             if "poison" in wanted:
                 block = torch.empty(sum(getattr(x, "nbytes", 0) for x in inputs), dtype=torch.uint8, device=device)
                 block.fill_(0xFF)
@@ -314,6 +319,8 @@ def main() -> int:
                         help="time the launch floor of each DSL route (scripts/floors/), twice each, interleaved")
     parser.add_argument("--study", action="store_true",
                         help=f"also run plain processes with the grader's pieces added ({' / '.join(STUDY)})")
+    parser.add_argument("--layer-sets", default="", help="with --study: layer sets to run, ';' separated")
+    parser.add_argument("--variants", default="", help=f"with --study: grader variants, of {','.join(GRADER_STUDY)}")
     args = parser.parse_args()
     if args.plain:
         number: int | str = args.plain[0] if args.plain[0] == FLOOR else int(args.plain[0])
@@ -349,9 +356,12 @@ def main() -> int:
         kernel_a = _plain(sol.number, str(sol.path), args.draws, args.device)
         eager_a = _plain(sol.number, "eager", args.draws, args.device)
         layered = {layers: _plain(sol.number, str(sol.path), args.draws, args.device, layers, sol.dsl)
-                   for layers in (STUDY if args.study else ())}
+                   for layers in ((args.layer_sets.split(";") if args.layer_sets else STUDY) if args.study else ())}
         variants = {}
+        chosen = set(args.variants.split(",")) if args.variants else set(GRADER_STUDY)
         for label, change in (GRADER_STUDY.items() if args.study else ()):
+            if label not in chosen:
+                continue
             varied = _grade_variant(problem, sol, args.device, change)
             variants[label] = {"status": varied.status,
                                "median_us": varied.timing.median_us if varied.timing else None,

@@ -832,6 +832,10 @@ def main() -> None:
                                   "error": f"solve returned something the harness cannot transfer: {exc}"})
         if not reply.get("ok") and (reply.get("fatal") or reply.get("reason") == "sandbox"):
             return
+        if msg.get("busy_wait_ms"):  # overhead study: keep this core awake for the next request
+            until = _perf() + float(msg["busy_wait_ms"]) / 1e3
+            while _perf() < until and not conn.poll(0):
+                pass
 
 
 if __name__ == "__main__":
