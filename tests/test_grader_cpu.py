@@ -172,7 +172,7 @@ def test_correct_llvm_kernel_passes_with_timing_and_baseline(problem, tmp_path, 
         report.eager.median_us / report.timing.median_us)
     assert report.rechecks >= 1
     assert report.isolation.get("limits", {}).get("core") == 0 and report.isolation.get("audit_hook") is True
-    assert report.protocol == 2 and report.schema == "metakernel.grade/2"
+    assert report.protocol == 3 and report.schema == "metakernel.grade/2"
     assert "status: passed" in report.agent_text()
     # The baseline is cached on disk: a second grade reuses it.
     assert list((tmp_path / "cache" / "baselines").glob("27-eager-*.json"))

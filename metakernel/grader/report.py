@@ -7,8 +7,9 @@ from typing import Any
 
 SCHEMA = "metakernel.grade/2"
 #: The grading protocol (docs/design.md sections 3-4): 2 = sandboxed child, every call checked at random after it
-#: returned, dependency ablation, the DSL's kernels at least 50 % of GPU time, foreign kernels refused.
-PROTOCOL = 2
+#: returned, dependency ablation, the DSL's kernels at least 50 % of GPU time, foreign kernels refused; 3 = each
+#: timing sample the mean of a request's calls made back to back (grader.child.Child.timed).
+PROTOCOL = 3
 STATUSES = ("passed", "wrong", "compile_error", "runtime_error", "timeout", "rule_violation", "infra_error")
 
 
@@ -35,6 +36,9 @@ class Timing:
     probe_fast_us: float | None = None
     probe_median_us: float | None = None
     host_gate: float = 0.0
+    # Calls per timing sample: each sample is the mean of a request's calls made back to back (child.Child.timed),
+    # so n samples are n x chunk calls
+    chunk: int = 1
     # The timing study only (GradeOptions.keep_draws): per timed draw, in order, the event time and the probes
     # (keys event_us, probe_us, probe_before_us, probe_after_us, probe_torch_us), for timing.replay_gate.
     per_draw: dict[str, list[float | None]] | None = None

@@ -228,6 +228,9 @@ class Worker:
         if reply.get("ok") and self.device == "cpu":
             for i, spec in enumerate(reply.get("inputs_after", [])):
                 views[0][i] = transport.unpack_value(spec, reply["_blobs"])
+            for k, after in enumerate(reply.get("inputs_after_draws", [])):  # a timed request's draws
+                for i, spec in enumerate(after):
+                    views[k][i] = transport.unpack_value(spec, reply["_blobs"])
         return reply, views
 
     def outputs(self, spec: dict[str, Any], blobs: list[bytes]) -> Any:
