@@ -75,8 +75,7 @@ STUDY = ("gate,guard", "gate,guard,arena,poison", "gate,guard,ipc,poison", "gate
 #: "sandbox": False grades in a child without OS isolation (the study's only way to tell the sandbox's share).
 GRADER_STUDY: dict[str, dict[str, Any]] = {
     "no_spin": {"spin_ms": 0.0}, "no_pin": {"pin_cores": False}, "no_sandbox": {"sandbox": False},
-    "bare": {"spin_ms": 0.0, "pin_cores": False, "sandbox": False}, "local_inputs": {"local_inputs": True},
-    "busy_wait": {"busy_wait_ms": 50.0}}
+    "bare": {"spin_ms": 0.0, "pin_cores": False, "sandbox": False}}
 
 
 def _add_layers(layers: set[str], dsl: str, target: str) -> tuple[Any, Any]:
