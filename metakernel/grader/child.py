@@ -504,6 +504,14 @@ class Child:
                 _pin_near_gpu(self.torch)
             if msg.get("spin_ms"):
                 self.spin(float(msg["spin_ms"]) / 1e3)
+        arena_views = None
+        if msg.get("local_inputs") and self.device == "cuda":  # overhead study: the draw in this process's memory
+            arena_views = inputs
+            inputs = [self.b.clone(x) if isinstance(x, self.torch.Tensor) else x for x in inputs]
+            if self.gate is not None:
+                self.gate.protected = frozenset(x.untyped_storage().data_ptr() for x in inputs
+                                                if isinstance(x, self.torch.Tensor))
+            self.b.sync()
         steps["flush_spin"] = _perf()
         probe_before = host_probe()
         events = self.guard.events if self.guard is not None else 0
@@ -515,6 +523,10 @@ class Child:
                 self.gate.only = None
         window_events = (self.guard.events - events) if self.guard is not None else 0
         probe_after = host_probe()
+        if arena_views is not None:  # in-place updates reach the parent through the arena
+            for view, local in zip(arena_views, inputs, strict=True):
+                if isinstance(view, self.torch.Tensor):
+                    self.b.copy_(view, local)
         # One clock since protocol 2 (the bound perf_counter around a device-wide sync): `event_s` is that bracket.
         reply: dict[str, Any] = {"ok": True, "host_s": host_s, "event_s": host_s,
                                  "launches": self.gate.launches if self.gate else None,
@@ -890,6 +902,10 @@ def main() -> None:
                                   "error": f"solve returned something the harness cannot transfer: {exc}"})
         if not reply.get("ok") and (reply.get("fatal") or reply.get("reason") == "sandbox"):
             return
+        if msg.get("busy_wait_ms"):  # overhead study: keep this core awake for the next request
+            until = _perf() + float(msg["busy_wait_ms"]) / 1e3
+            while _perf() < until and not conn.poll(0):
+                pass
 
 
 if __name__ == "__main__":

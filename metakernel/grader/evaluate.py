@@ -63,6 +63,8 @@ class GradeOptions:
     flush_l2: bool = False
     spin_ms: float = 2.0  # GPU kept busy before each timed call (child.Child.spin says why)
     pin_cores: bool = True  # the child pinned to two cores by the GPU (child._pin_near_gpu); off: the overhead study
+    local_inputs: bool = False  # overhead study: the child times on copies of the draw in memory it allocated
+    busy_wait_ms: float = 0.0  # overhead study: the child polls for the next request this long before blocking
     call_timeout_s: float = 120.0
     start_timeout_s: float = 300.0
     scale: str | None = None
