@@ -14,7 +14,7 @@ with fresh baselines, so its eager median is measured beside its plain twin too.
     METAKERNEL_REVISION=<commit> python3 scripts/bench_overhead.py [--only 28,36] [--out FILE] [--budget S]
         [--draws 300] [--device cuda] [--study]
     python3 scripts/bench_overhead.py --plain PROBLEM (eager|KERNEL_FILE) [--draws N] [--device D]
-        [--layers gate,guard,spin,pin --dsl DSL]   (one plain run, with pieces of the grader's child added)
+        [--layers gate,guard,poison,idle,rows,spin,pin --dsl DSL]   (one plain run, grader pieces added)
     python3 scripts/bench_overhead.py --floors [--draws N]   (each DSL launch route's floor, scripts/floors/)
 
 `--study` adds, per kernel, plain runs with the grader's pieces added one by one (STUDY) and gradings with one of
@@ -65,7 +65,7 @@ def _load(path: str | Path, name: str) -> Any:
 
 
 #: The grader's pieces a plain process can add one by one (`--layers`), to find where added time goes.
-LAYERS = ("gate", "guard", "arena", "ipc", "poison", "idle", "spin", "pin")
+LAYERS = ("gate", "guard", "arena", "ipc", "poison", "idle", "spin", "pin", "rows")
 #: The "idle" layer: the child waits this long, blocked, for each request (the parent draws and checks meanwhile).
 IDLE_S = 0.005
 #: The layer sets the study runs per kernel (`--study`), between the plain runs A and B (the gate alone is known:
@@ -120,8 +120,9 @@ def plain_bracket(number: int | str, target: str, draws: int, device: str, layer
     """The grader's bracket with nothing of the grader around it: median over fresh draws (one process).
 
     `layers` adds pieces of the grader's child (LAYERS: the DSL launch gate, the audit hook, the 2 ms GPU spin
-    before each call, pinning to the GPU's cores), so that a difference between the grader and the plain bracket
-    can be attributed; with the audit hook the audit events raised inside the window are counted per call.
+    before each call, pinning to the GPU's cores, the 5 ms idle wait for each request, draws in rows as the grader
+    times them), so that a difference between the grader and the plain bracket can be attributed; with the audit
+    hook the audit events raised inside the window are counted per call.
     """
     import torch
 
@@ -132,6 +133,8 @@ def plain_bracket(number: int | str, target: str, draws: int, device: str, layer
     if unknown:
         raise SystemExit(f"unknown layer(s) {sorted(unknown)}: choose from {LAYERS}")
     problem: Any = load_catalog().problem(number) if number != FLOOR else _load(FLOORS / "problem.py", "floor_problem")
+    if "rows" in wanted and {"arena", "ipc"} & wanted:
+        raise SystemExit("the rows layer places no draws in an arena: leave out arena and ipc")
     if "gate" in wanted and target == "eager":
         raise SystemExit("the launch gate needs a kernel file and its --dsl, not the eager reference")
     gate, (counts, window) = _add_layers(wanted, dsl, target)
@@ -162,22 +165,31 @@ def plain_bracket(number: int | str, target: str, draws: int, device: str, layer
         from metakernel.grader.child import _pin_near_gpu
 
         _pin_near_gpu(torch)
+    # "rows": as the grader's timed requests (protocol 3), TIMED_CHUNK draws made first, then called back to back;
+    # a sample is their mean
+    from metakernel.grader.timing import TIMED_CHUNK
+
+    group = TIMED_CHUNK if "rows" in wanted else 1
     times: list[float] = []
     started = time.perf_counter()
     gc.disable()
     try:
-        for i in range(WARMUP + draws):
-            torch.manual_seed(1000 + i)
-            inputs = problem.make_inputs(device=device, scale="full" if device == "cuda" else "small")
+        for i in range(WARMUP + max(1, draws // group)):
+            batch = []
+            for k in range(group):
+                torch.manual_seed(1000 + i * group + k)
+                batch.append(problem.make_inputs(device=device, scale="full" if device == "cuda" else "small"))
             if arena is not None:
-                inputs = transport.place(inputs, arena)[0]
+                batch = [transport.place(batch[0], arena)[0]]
                 sync()
             if "idle" in wanted:
                 time.sleep(IDLE_S)
             if "poison" in wanted:
-                block = torch.empty(sum(getattr(x, "nbytes", 0) for x in inputs), dtype=torch.uint8, device=device)
-                block.fill_(0xFF)
-                del block
+                blocks = [torch.empty(sum(getattr(x, "nbytes", 0) for x in inputs), dtype=torch.uint8, device=device)
+                          for inputs in batch]
+                for block in blocks:
+                    block.fill_(0xFF)
+                del blocks
             if gate is not None:
                 gate.reset()
             if spin_buf is not None:
@@ -185,18 +197,21 @@ def plain_bracket(number: int | str, target: str, draws: int, device: str, layer
                 while time.perf_counter() < until:
                     for _ in range(8):
                         spin_buf.mul_(1.0)
-            sync()
-            window[0] = i >= WARMUP
-            t0 = time.perf_counter()
-            with torch.no_grad():
-                out = fn(*inputs)
-            sync()
-            elapsed = time.perf_counter() - t0
-            window[0] = False
-            del out, inputs
+            total = 0.0
+            for inputs in batch:
+                sync()
+                window[0] = i >= WARMUP
+                t0 = time.perf_counter()
+                with torch.no_grad():
+                    out = fn(*inputs)
+                sync()
+                total += time.perf_counter() - t0
+                window[0] = False
+                del out
+            del batch, inputs
             gc.collect(0)
             if i >= WARMUP:
-                times.append(elapsed)
+                times.append(total / group)
             if time.perf_counter() - started > PLAIN_CAP_S and len(times) >= 20:
                 break
     finally:
@@ -204,8 +219,10 @@ def plain_bracket(number: int | str, target: str, draws: int, device: str, layer
     row: dict[str, Any] = {"median_us": statistics.median(times) * 1e6, "n": len(times), "min_us": min(times) * 1e6}
     if wanted:
         row["layers"] = sorted(wanted)
+    if group > 1:
+        row["calls_per_sample"] = group
     if "guard" in wanted:
-        row["audit_events_per_call"] = {k: v / len(times) for k, v in sorted(counts.items())}
+        row["audit_events_per_call"] = {k: v / (len(times) * group) for k, v in sorted(counts.items())}
     return row
 
 

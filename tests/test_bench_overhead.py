@@ -46,3 +46,21 @@ def test_a_plain_process_takes_the_graders_pieces_one_by_one():
                           "--device", "cpu", "--layers", "gate"], capture_output=True, text=True, timeout=300,
                          check=False)
     assert bad.returncode != 0 and "needs a kernel file" in bad.stderr
+
+
+def test_the_rows_layer_times_draws_in_rows_as_the_grader_does():
+    """`--layers rows`: the plain twin of timing protocol 3 (TIMED_CHUNK draws made first, called back to back,
+    a sample their mean), so a residual between the grader and the plain bracket can be split between the rows
+    and the child; the arena layers place one draw only and are refused with it."""
+    from metakernel.grader.timing import TIMED_CHUNK
+
+    done = subprocess.run([sys.executable, str(SCRIPTS / "bench_overhead.py"), "--plain", "28", "eager",
+                           "--draws", str(5 * TIMED_CHUNK), "--device", "cpu", "--layers", "rows,poison"],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    row = json.loads(done.stdout.strip().splitlines()[-1])
+    assert row["n"] == 5 and row["calls_per_sample"] == TIMED_CHUNK and 0 < row["min_us"] <= row["median_us"]
+    bad = subprocess.run([sys.executable, str(SCRIPTS / "bench_overhead.py"), "--plain", "28", "eager",
+                          "--device", "cpu", "--layers", "rows,arena"], capture_output=True, text=True,
+                         timeout=300, check=False)
+    assert bad.returncode != 0 and "leave out arena" in bad.stderr
