@@ -52,6 +52,26 @@ _STOP_WORDS = frozenset({"a", "an", "the", "which", "what", "how", "does", "do",
                          "that", "when", "why", "where", "should", "use", "get", "or", "vs", "versus"})
 
 
+#: CUDA C spellings an agent brings from CUDA (held-out queries missed on them: "__syncthreads", "atomicAdd",
+#: "float4"), each searched for as written or as the words the DSLs' docs use; camelCase words are also split.
+_CUDA_WORDS = {"syncthreads": "sync threads", "syncwarp": "sync warp", "shfl": "shuffle", "atomicadd": "atomic add",
+               "atomicmax": "atomic max", "atomicmin": "atomic min", "atomiccas": "atomic cas",
+               "float4": "vectorized", "float2": "vectorized", "int4": "vectorized", "half2": "vectorized",
+               "blockidx": "block idx", "threadidx": "thread idx", "blockdim": "block dim", "griddim": "grid dim",
+               "rsqrtf": "rsqrt", "expf": "exp", "exp2f": "exp2", "tanhf": "tanh", "fdividef": "div",
+               "ldg": "ldg", "laneid": "lane idx", "warpsize": "warp size"}
+
+
+def _alternatives(tokens: list[str]) -> list[str]:
+    """The token list as the DSLs' docs may spell it: camelCase split, CUDA C words translated (empty: no change)."""
+    out: list[str] = []
+    for token in tokens:
+        parts = re.findall(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+", token) or [token]
+        mapped = _CUDA_WORDS.get(token.lower())
+        out += mapped.split() if mapped else parts
+    return out if [t.lower() for t in out] != [t.lower() for t in tokens] else []
+
+
 @dataclass(frozen=True)
 class Hit:
     """One search result; `snippet` is one line of the body around the match."""
@@ -248,8 +268,10 @@ def fts_queries(query: str) -> tuple[str, str]:
         if len(tokens) == 1 and tokens[0].lower() in _STOP_WORDS and not star:
             stop_phrases.append(f'"{tokens[0]}"')
             continue
-        phrases.append('"' + " ".join(tokens) + '"' + star)
-        words += [f'"{t}"' for t in tokens if t.lower() not in _STOP_WORDS]
+        phrase = '"' + " ".join(tokens) + '"' + star
+        other = _alternatives(tokens)
+        phrases.append(f'({phrase} OR "{" ".join(other)}"{star})' if other else phrase)
+        words += [f'"{t}"' for t in tokens + other if t.lower() not in _STOP_WORDS]
     phrases = phrases or stop_phrases  # a query of stop words only still searches for them
     words = words or stop_phrases
     if not phrases:
@@ -335,14 +357,20 @@ class DocsIndex:
     def search(self, query: str, dsl: str = "", k: int = 8) -> list[Hit]:
         """Best `k` documents: exact names first, then bm25 (titles weigh 8x); DSL-neutral ones for any `dsl`.
 
-        After exact names come documents containing every phrase of the query, then ones containing any of its
-        words. Raises DocsQueryError (a UserError) for an empty query or an unknown dsl.
+        Exact names are the whole query's, then those of up to two API names inside it ("sync_threads barrier": a
+        one-line docstring loses to longer ones in bm25). After them come documents containing every phrase of
+        the query, then ones containing any of its words. Raises DocsQueryError (a UserError) for an empty query
+        or an unknown dsl.
         """
         if dsl not in ("", *DSLS):
             raise DocsQueryError(f"unknown dsl {dsl!r} (use {', '.join(DSLS)} or leave it empty)")
         k = max(1, min(int(k), MAX_K))
         strict, loose = fts_queries(query)
         hits: dict[str, Hit] = {h.doc_id: h for h in self._exact(query, dsl)}
+        named = [c.strip("`'\"(),;:?") for c in query.split()]  # API names inside a question ("sync_threads barrier")
+        for name in [c for c in named if ("_" in c.strip("_") or "." in c) and c != query.strip()][:2]:
+            for hit in self._exact(name, dsl)[:1]:
+                hits.setdefault(hit.doc_id, hit)
         for match in (strict, loose):
             if len(hits) >= k:
                 break

@@ -178,6 +178,15 @@ def test_query_translation_quotes_every_token():
     assert loose == '"cute" OR "make" OR "layout" OR "tma" OR "sha"'
 
 
+def test_cuda_c_spellings_are_searched_as_written_and_as_the_dsls_spell_them():
+    """Agents bring CUDA C words ("__syncthreads", "atomicAdd"); the docs say sync_threads / atomic_add."""
+    strict, loose = fts_queries("__syncthreads atomicAdd SmemAllocator barrier")
+    assert strict == ('("syncthreads" OR "sync threads") AND ("atomicAdd" OR "atomic add") AND '
+                      '("SmemAllocator" OR "Smem Allocator") AND "barrier"')
+    assert '"sync" OR "threads"' in loose and '"atomic" OR "add"' in loose and '"barrier"' in loose
+    assert fts_queries("shared memory") == ('"shared" AND "memory"', '"shared" OR "memory"')  # plain words: as is
+
+
 def test_prefix_search_and_unknown_dsl(index):
     assert any(h.doc_id == "guide:cute#streams" for h in index.search("strea*", dsl="cute"))
     with pytest.raises(DocsQueryError, match="unknown dsl"):

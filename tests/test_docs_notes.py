@@ -27,6 +27,9 @@ T_FAST = "guide:tirx-notes#fast-math-tvm-compiles-cuda-with-use-fast-math-exp-ta
 T_PTX = "guide:tirx-notes#ptx-intrinsics-tx-ptx-operand-order-and-calling-convention"
 T_BOUNDS = "guide:tirx-notes#launch-bounds-registers-and-occupancy"
 T_SMEM = "guide:tirx-notes#shared-memory-above-48-kb-shared-dyn"
+DYN = "guide:cute-notes#dynamic-shapes-vs-compile-time-constants-cute-sym-int-cutlass-constexpr"
+PRINT = "guide:cute-notes#debugging-printing-from-inside-a-kernel-cute-printf-cute-print-tensor"
+T_DYN = "guide:tirx-notes#dynamic-shapes-tx-int32-symbolic-sizes-atomics-and-printf"
 
 #: (dsl, what an agent typed, the document that answers it). The first eight are the questions a capable agent
 #: asked while writing problem 31 and did not get answered (issue 15); the rest are ours.
@@ -61,6 +64,17 @@ QUERIES = [
     ("tirx", "compile once cache executable", "guide:tirx#imports-and-compiling-once"),
     ("tirx", "bf16 vector load 16 bytes", "guide:tirx#writing-the-kernel"),
     ("tirx", "cta_sum scratch reduction", "guide:tirx#writing-the-kernel"),
+    # Held-out questions written by a reviewer who had not seen the list above (those it missed, and CUDA C
+    # spellings): answered since by the notes and by searching CUDA C words as the DSLs spell them.
+    ("cute", "__syncthreads equivalent barrier for all threads in the block", "cute:cute.arch.sync_threads"),
+    ("cute", "make tensor shape dynamic vs cutlass.Constexpr compile-time constant", DYN),
+    ("cute", "one compiled kernel for every batch size", DYN),
+    ("cute", "print tensor values from inside a kernel for debugging", PRINT),
+    ("cute", "printf in kernel", PRINT),
+    ("cute", "ceil division and computing global index from block_idx and thread_idx", "cute:cute.arch.block_idx"),
+    ("tirx", "atomicAdd into a global buffer", "tirx:Tx.cuda.atomic_add"),
+    ("tirx", "symbolic dynamic shape variable for buffer dimension", T_DYN),
+    ("tirx", "__syncthreads", "tirx:Tx.cuda.cta_sync"),
 ]
 
 
