@@ -59,7 +59,7 @@ _CUDA_WORDS = {"syncthreads": "sync threads", "syncwarp": "sync warp", "shfl": "
                "float4": "vectorized", "float2": "vectorized", "int4": "vectorized", "half2": "vectorized",
                "blockidx": "block idx", "threadidx": "thread idx", "blockdim": "block dim", "griddim": "grid dim",
                "rsqrtf": "rsqrt", "expf": "exp", "exp2f": "exp2", "tanhf": "tanh", "fdividef": "div",
-               "ldg": "ldg", "laneid": "lane idx", "warpsize": "warp size"}
+               "laneid": "lane idx", "warpsize": "warp size"}
 
 
 def _alternatives(tokens: list[str]) -> list[str]:
