@@ -32,6 +32,7 @@ $OUT when set). The gold kernels need the GPU; on a CPU machine only `--plain N 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import importlib.util
 import json
@@ -41,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -78,9 +80,14 @@ IDLE_S = 0.005
 STUDY = ("gate,guard", "gate,guard,arena,poison", "gate,guard,ipc,poison", "gate,guard,ipc,poison,spin,pin")
 #: And the grader itself with its pieces taken out (no baselines: only the kernel's median is compared);
 #: "sandbox": False grades in a child without OS isolation (the study's only way to tell the sandbox's share).
+#: Changes the study makes in its own process, never in the grader's files: "chunk" sets the draws per timed request
+#: (timing.TIMED_CHUNK: a cost paid once per request shrinks as 1/chunk, one paid per call does not), and
+#: "phases": False skips the ablations and the launch-argument audit, so the child goes from its correctness calls
+#: straight to timing (does what the launch gate's other modes leave behind slow the calls after them?).
 GRADER_STUDY: dict[str, dict[str, Any]] = {
     "no_spin": {"spin_ms": 0.0}, "no_pin": {"pin_cores": False}, "no_sandbox": {"sandbox": False},
-    "bare": {"spin_ms": 0.0, "pin_cores": False, "sandbox": False}}
+    "bare": {"spin_ms": 0.0, "pin_cores": False, "sandbox": False},
+    "chunk_1": {"chunk": 1}, "chunk_16": {"chunk": 16}, "no_ablation_audit": {"phases": False}}
 
 
 def _add_layers(layers: set[str], dsl: str, target: str) -> tuple[Any, Any]:
@@ -138,8 +145,6 @@ def plain_bracket(number: int | str, target: str, draws: int, device: str, layer
     if unknown:
         raise SystemExit(f"unknown layer(s) {sorted(unknown)}: choose from {LAYERS}")
     problem: Any = load_catalog().problem(number) if number != FLOOR else _load(FLOORS / "problem.py", "floor_problem")
-    if "rows" in wanted and {"arena", "ipc"} & wanted:
-        raise SystemExit("the rows layer places no draws in an arena: leave out arena and ipc")
     if "gate" in wanted and target == "eager":
         raise SystemExit("the launch gate needs a kernel file and its --dsl, not the eager reference")
     gate, (counts, window) = _add_layers(wanted, dsl, target)
@@ -184,8 +189,12 @@ def plain_bracket(number: int | str, target: str, draws: int, device: str, layer
             for k in range(group):
                 torch.manual_seed(1000 + i * group + k)
                 batch.append(problem.make_inputs(device=device, scale="full" if device == "cuda" else "small"))
-            if arena is not None:
-                batch = [transport.place(batch[0], arena)[0]]
+            if arena is not None:  # each draw of the row at its own offset, as the parent places a request's
+                placed, at = [], 0
+                for inputs in batch:
+                    views, _specs, at = transport.place(inputs, arena, at)
+                    placed.append(views)
+                batch = placed
                 sync()
             if "idle" in wanted:
                 time.sleep(IDLE_S)
@@ -236,27 +245,50 @@ IPC_ENV = "MK_OVERHEAD_IPC_ARENA"
 
 
 def _arena_bytes(problem: Any) -> int:
+    """Room for a row of TIMED_CHUNK draws (the "rows" layer places each at its own offset)."""
     from metakernel.grader import transport
+    from metakernel.grader.timing import TIMED_CHUNK
 
-    return transport.draw_bytes(problem.make_inputs(device="cuda", scale="full")) + 64 * transport.ALIGN
+    one = transport.draw_bytes(problem.make_inputs(device="cuda", scale="full")) + 64 * transport.ALIGN
+    return TIMED_CHUNK * one
+
+
+@contextlib.contextmanager
+def _study_patches(chunk: int | None = None, phases: bool = True) -> Iterator[None]:
+    """The GRADER_STUDY changes that are not GradeOptions, made to this process's grader modules and undone after."""
+    from metakernel.grader import evaluate, timing
+
+    saved = (timing.TIMED_CHUNK, evaluate.Evaluation.ablation, evaluate.Evaluation.audit)
+    try:
+        if chunk is not None:
+            timing.TIMED_CHUNK = chunk  # read at call time by candidate_worker (arena slots) and timed_chunk
+        if not phases:
+            evaluate.Evaluation.ablation = evaluate.Evaluation.audit = lambda self: None  # type: ignore[method-assign]
+        yield
+    finally:
+        timing.TIMED_CHUNK, evaluate.Evaluation.ablation, evaluate.Evaluation.audit = saved  # type: ignore[method-assign]
 
 
 def _grade_variant(problem: Any, sol: Any, device: str, change: dict[str, Any]) -> Any:
-    """One grading without baselines, with GradeOptions changed; `sandbox: False` forces a child without isolation."""
+    """One grading without baselines, with GradeOptions changed; `sandbox: False` forces a child without isolation;
+    `chunk` and `phases` as `_study_patches`."""
     from metakernel.grader import sandbox
     from metakernel.grader.evaluate import GradeOptions, grade
 
     change = dict(change)
     isolated = change.pop("sandbox", True)
+    patches = {"chunk": change.pop("chunk", None), "phases": change.pop("phases", True)}
     options = replace(GradeOptions(), baselines=False, **change)
-    if isolated:
-        return grade(problem, sol.dsl, sol.path, device=device, options=options)
-    default_mode = sandbox.default_mode
-    sandbox.default_mode = lambda: "none"  # type: ignore[assignment]
-    try:
-        return grade(problem, sol.dsl, sol.path, device=device, options=replace(options, require_isolation=False))
-    finally:
-        sandbox.default_mode = default_mode  # type: ignore[assignment]
+    with _study_patches(**patches):
+        if isolated:
+            return grade(problem, sol.dsl, sol.path, device=device, options=options)
+        default_mode = sandbox.default_mode
+        sandbox.default_mode = lambda: "none"  # type: ignore[assignment]
+        try:
+            return grade(problem, sol.dsl, sol.path, device=device,
+                         options=replace(options, require_isolation=False))
+        finally:
+            sandbox.default_mode = default_mode  # type: ignore[assignment]
 
 
 def _plain(number: int | str, target: str, draws: int, device: str, layers: str = "", dsl: str = "") -> dict[str, Any]:
@@ -396,6 +428,7 @@ def main() -> int:
             variants[label] = {"status": varied.status,
                                "median_us": varied.timing.median_us if varied.timing else None,
                                "n": varied.timing.n if varied.timing else None,
+                               "chunk": varied.timing.chunk if varied.timing else None,
                                "isolation": (varied.isolation or {}).get("mode"),
                                "child_steps_s": {k: v for k, v in varied.phases_s.items() if "child" in k}}
         report = grade(problem, sol.dsl, sol.path, device=args.device, options=GradeOptions())

@@ -51,7 +51,7 @@ def test_a_plain_process_takes_the_graders_pieces_one_by_one():
 def test_the_rows_layer_times_draws_in_rows_as_the_grader_does():
     """`--layers rows`: the plain twin of timing protocol 3 (TIMED_CHUNK draws made first, called back to back,
     a sample their mean), so a residual between the grader and the plain bracket can be split between the rows
-    and the child; the arena layers place one draw only and are refused with it."""
+    and the child."""
     from metakernel.grader.timing import TIMED_CHUNK
 
     done = subprocess.run([sys.executable, str(SCRIPTS / "bench_overhead.py"), "--plain", "28", "eager",
@@ -60,7 +60,18 @@ def test_the_rows_layer_times_draws_in_rows_as_the_grader_does():
     assert done.returncode == 0, done.stderr[-2000:]
     row = json.loads(done.stdout.strip().splitlines()[-1])
     assert row["n"] == 5 and row["calls_per_sample"] == TIMED_CHUNK and 0 < row["min_us"] <= row["median_us"]
-    bad = subprocess.run([sys.executable, str(SCRIPTS / "bench_overhead.py"), "--plain", "28", "eager",
-                          "--device", "cpu", "--layers", "rows,arena"], capture_output=True, text=True,
-                         timeout=300, check=False)
-    assert bad.returncode != 0 and "leave out arena" in bad.stderr
+
+
+def test_study_patches_change_the_chunk_and_skip_phases_only_while_they_last():
+    """The overhead study's grader variants that are not GradeOptions (draws per timed request, no ablations or
+    audit) change this process's grader modules and leave them as they were."""
+    sys.path.insert(0, str(SCRIPTS))
+    from bench_overhead import GRADER_STUDY, _study_patches
+
+    from metakernel.grader import evaluate, timing
+
+    chunk, ablation = timing.TIMED_CHUNK, evaluate.Evaluation.ablation
+    with _study_patches(chunk=GRADER_STUDY["chunk_16"]["chunk"], phases=False):
+        assert timing.timed_chunk(64) == 16 and timing.timed_chunk(3) == 3
+        assert evaluate.Evaluation.ablation(object()) is None  # type: ignore[arg-type]
+    assert timing.TIMED_CHUNK == chunk and evaluate.Evaluation.ablation is ablation
