@@ -42,6 +42,8 @@ BUILDER_VERSION = 2
 SOURCES = ("guides", "cute", "tirx")
 DEFAULT_MAX_CHARS = 12000
 MAX_K = 50
+#: Any-word hits looked at for the guide section that covers most of a question (`DocsIndex._by_coverage`).
+COVERAGE_POOL = 40
 #: The distribution each DSL comes from (its version goes into the version key).
 PACKAGES = {"cute": "nvidia-cutlass-dsl", "tirx": "apache-tvm"}
 _OPERATORS = frozenset({"AND", "OR", "NOT", "NEAR"})
@@ -257,6 +259,12 @@ def fts_queries(query: str) -> tuple[str, str]:
     layout", matching the name's tokens in order); a trailing `*` keeps prefix search; bare AND/OR/NOT/NEAR are
     dropped (the all-phrases query already means AND). Raises DocsQueryError when nothing is left.
     """
+    phrases, words = _phrases(query)
+    return " AND ".join(phrases), " OR ".join(dict.fromkeys(words))
+
+
+def _phrases(query: str) -> tuple[list[str], list[str]]:
+    """The query's phrases (one per chunk, with its alternative spelling) and its words, as `fts_queries` uses them."""
     phrases, words, stop_phrases = [], [], []
     for chunk in query.split():
         if chunk in _OPERATORS:
@@ -276,7 +284,7 @@ def fts_queries(query: str) -> tuple[str, str]:
     words = words or stop_phrases
     if not phrases:
         raise DocsQueryError(f"nothing to search for in {query!r}: give some words, e.g. 'shared memory layout'")
-    return " AND ".join(phrases), " OR ".join(dict.fromkeys(words))
+    return phrases, words
 
 
 def format_hits(hits: Sequence[Hit], query: str = "") -> str:
@@ -374,9 +382,45 @@ class DocsIndex:
         for match in (strict, loose):
             if len(hits) >= k:
                 break
-            for _, hit in self._query(match, dsl, k + len(hits)):
+            if match is loose:
+                found = self._by_coverage(query, self._query(match, dsl, max(COVERAGE_POOL, k + len(hits))))
+            else:
+                found = self._query(match, dsl, k + len(hits))
+            for _, hit in found:
                 hits.setdefault(hit.doc_id, hit)
         return list(hits.values())[:k]
+
+    def _by_coverage(self, query: str, found: list[tuple[float, Hit]]) -> list[tuple[float, Hit]]:
+        """Any-word hits in bm25 order, except that our guide section covering most of a question comes third at worst.
+
+        bm25 over an OR of a long question's words favours short API docstrings that repeat one of its words
+        ("max dynamic smem size": `get_dyn_smem_size` five times) over the note written to answer the whole
+        question. A guide section that contains as many of the question's phrases as any hit is lifted into the
+        top three; nothing else moves (re-ranking every hit by coverage lifted module overviews, which mention
+        everything, above the function asked for).
+        """
+        phrases, _ = _phrases(query)
+        if len(phrases) < 3 or not found:
+            return found
+        ids = [hit.doc_id for _, hit in found]
+        marks = ",".join("?" * len(ids))
+        sql = ("SELECT d.doc_id FROM docs_fts JOIN documents d ON d.rowid = docs_fts.rowid"
+               f" WHERE docs_fts MATCH ? AND d.doc_id IN ({marks})")
+        covered: dict[str, int] = dict.fromkeys(ids, 0)
+        with self._lock:
+            for phrase in phrases:
+                for db in self._dbs:
+                    try:
+                        for (doc_id,) in db.execute(sql, (phrase, *ids)):
+                            covered[doc_id] += 1
+                    except sqlite3.OperationalError:
+                        continue
+        best = max(covered.values())
+        guide = next((i for i, doc_id in enumerate(ids) if doc_id.startswith("guide:") and covered[doc_id] == best),
+                     None)
+        if guide is None or guide <= 2:
+            return found
+        return found[:2] + [found[guide]] + found[2:guide] + found[guide + 1:]
 
     def search_text(self, query: str, dsl: str = "", k: int = 8) -> str:
         """`format_hits(search(...))`, with query errors as the text: what the docs_search tool returns."""

@@ -304,3 +304,30 @@ def test_index_built_from_the_installed_packages(tmp_path, monkeypatch):
     with sqlite3.connect(report.path) as db:
         bodies = "\n".join(row[0] for row in db.execute("SELECT body FROM documents"))
     assert " at 0x" not in bodies  # object addresses would make the content hash differ per build
+
+
+def test_the_guide_section_covering_a_whole_question_is_lifted_into_the_top_three(tmp_path, monkeypatch):
+    """bm25 over a long question's words ranks API one-liners that repeat one word above the note that answers
+    all of it; the note covering most of the question's phrases comes third at worst, and nothing else moves."""
+    from metakernel.docs_index import write_index
+    from metakernel.docs_sources import Doc
+
+    api = [Doc(f"cute:cute.arch.quux_size_{i}", "cute", f"cute.arch.quux_size_{i}",
+               "allocate the maximum quux size: quux size, quux size") for i in range(5)]
+    filler = " ".join(f"filler{i}" for i in range(300))  # a long note: bm25 discounts its one mention of each word
+    note = Doc("guide:cute-notes#buffers", "", "CuTe DSL notes: buffers",
+               f"{filler} To allocate a wombat buffer: the maximum quux size is 227 KB per block. {filler}")
+    question = "how do I allocate a wombat in a kernel and what is the maximum quux size"  # no doc says kernel
+    path = tmp_path / "index.sqlite"
+    background = [Doc(f"cute:cute.other_{i}", "cute", f"cute.other_{i}", f"other{i} thing" + " wombat" * (i % 30 == 0))
+                  for i in range(300)]  # a realistic vocabulary: the question's words are rare, wombat less so
+    write_index(path, [*api, note, *background], {"sources": ["cute"]})
+    with DocsIndex(path) as idx:
+        lifted = [h.doc_id for h in idx.search(question, dsl="cute", k=8)]
+        assert idx.search("quux size", dsl="cute", k=1)[0].doc_id.startswith("cute:cute.arch.quux_size")
+        monkeypatch.setattr(DocsIndex, "_by_coverage", lambda self, query, found: found)
+        plain = [h.doc_id for h in idx.search(question, dsl="cute", k=8)]
+    note_id = "guide:cute-notes#buffers"
+    assert note_id in lifted[:3] and note_id not in plain[:3]
+    rest = [d for d in lifted if d != note_id]
+    assert rest == [d for d in plain if d != note_id][:len(rest)]
