@@ -168,7 +168,12 @@ def test_ctrl_c_says_what_was_kept_and_that_the_same_command_resumes(tmp_path):
     cmd = [sys.executable, "-m", "metakernel", "run", "--model", "scripted/gold", "--problems", "28,36",
            "--executor", "stand-in", "--no-docs", "--experiment", str(exp)]
     env = {**os.environ, "CUTE_DSL_ARCH": "sm_90a"}
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def ctrl_c_as_in_a_terminal() -> None:  # a test runner's worker may ignore SIGINT, and children inherit that
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=ctrl_c_as_in_a_terminal)
     _wait_until_done(exp, proc, 2)
     assert proc.poll() is None, "the run finished before it could be interrupted"
     proc.send_signal(signal.SIGINT)
