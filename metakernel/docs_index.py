@@ -367,8 +367,9 @@ class DocsIndex:
 
         Exact names are the whole query's, then those of up to two API names inside it ("sync_threads barrier": a
         one-line docstring loses to longer ones in bm25). After them come documents containing every phrase of
-        the query, then ones containing any of its words. Raises DocsQueryError (a UserError) for an empty query
-        or an unknown dsl.
+        the query, then ones containing any of its words (among which a guide section covering as much of the
+        question as any is lifted into the top three: `_by_coverage`). Raises DocsQueryError (a UserError) for
+        an empty query or an unknown dsl.
         """
         if dsl not in ("", *DSLS):
             raise DocsQueryError(f"unknown dsl {dsl!r} (use {', '.join(DSLS)} or leave it empty)")
