@@ -17,7 +17,7 @@ with fresh baselines, so its eager median is measured beside its plain twin too.
         [--layers gate,guard,poison,idle,rows,spin,pin --dsl DSL]   (one plain run, grader pieces added)
     python3 scripts/bench_overhead.py --floors [--draws N]   (each DSL launch route's floor, scripts/floors/)
 
-The plain twins time rows of TIMED_CHUNK fresh draws called back to back, as the grader's timed requests do since
+The plain twins time rows of timing.ROW fresh draws called back to back, as the grader's timed requests do since
 protocol 3 (`--twins rows`, the default); `--twins one` times one call per draw (the issue's original bracket,
 which on a cold host carries a cost of its own), `both` adds a one-call run beside the rows twins. The eager
 reference is timed once per problem: the second DSL's grading reuses the first's cached baseline.
@@ -81,7 +81,7 @@ STUDY = ("gate,guard", "gate,guard,arena,poison", "gate,guard,ipc,poison", "gate
 #: And the grader itself with its pieces taken out (no baselines: only the kernel's median is compared);
 #: "sandbox": False grades in a child without OS isolation (the study's only way to tell the sandbox's share).
 #: Changes the study makes in its own process, never in the grader's files: "chunk" sets the draws per timed request
-#: (timing.TIMED_CHUNK: a cost paid once per request shrinks as 1/chunk, one paid per call does not), and
+#: (timing.ROW: a cost paid once per request shrinks as 1/chunk, one paid per call does not), and
 #: "phases": False skips the ablations and the launch-argument audit, so the child goes from its correctness calls
 #: straight to timing (does what the launch gate's other modes leave behind slow the calls after them?).
 GRADER_STUDY: dict[str, dict[str, Any]] = {
@@ -175,11 +175,11 @@ def plain_bracket(number: int | str, target: str, draws: int, device: str, layer
         from metakernel.grader.child import _pin_near_gpu
 
         _pin_near_gpu(torch)
-    # "rows": as the grader's timed requests (protocol 3), TIMED_CHUNK draws made first, then called back to back;
+    # "rows": as the grader's timed requests (protocol 3), timing.ROW draws made first, then called back to back;
     # a sample is their mean
-    from metakernel.grader.timing import TIMED_CHUNK
+    from metakernel.grader.timing import ROW
 
-    group = TIMED_CHUNK if "rows" in wanted else 1
+    group = ROW if "rows" in wanted else 1
     times: list[float] = []
     started = time.perf_counter()
     gc.disable()
@@ -245,12 +245,12 @@ IPC_ENV = "MK_OVERHEAD_IPC_ARENA"
 
 
 def _arena_bytes(problem: Any) -> int:
-    """Room for a row of TIMED_CHUNK draws (the "rows" layer places each at its own offset)."""
+    """Room for a row of timing.ROW draws (the "rows" layer places each at its own offset)."""
     from metakernel.grader import transport
-    from metakernel.grader.timing import TIMED_CHUNK
+    from metakernel.grader.timing import ROW
 
     one = transport.draw_bytes(problem.make_inputs(device="cuda", scale="full")) + 64 * transport.ALIGN
-    return TIMED_CHUNK * one
+    return ROW * one
 
 
 @contextlib.contextmanager
@@ -258,15 +258,15 @@ def _study_patches(chunk: int | None = None, phases: bool = True) -> Iterator[No
     """The GRADER_STUDY changes that are not GradeOptions, made to this process's grader modules and undone after."""
     from metakernel.grader import evaluate, timing
 
-    saved = (timing.TIMED_CHUNK, evaluate.Evaluation.ablation, evaluate.Evaluation.audit)
+    saved = (timing.ROW, evaluate.Evaluation.ablation, evaluate.Evaluation.audit)
     try:
         if chunk is not None:
-            timing.TIMED_CHUNK = chunk  # read at call time by candidate_worker (arena slots) and timed_chunk
+            timing.ROW = chunk  # read at call time by candidate_worker (arena slots; sizes cached per count), row_size
         if not phases:
             evaluate.Evaluation.ablation = evaluate.Evaluation.audit = lambda self: None  # type: ignore[method-assign]
         yield
     finally:
-        timing.TIMED_CHUNK, evaluate.Evaluation.ablation, evaluate.Evaluation.audit = saved  # type: ignore[method-assign]
+        timing.ROW, evaluate.Evaluation.ablation, evaluate.Evaluation.audit = saved  # type: ignore[method-assign]
 
 
 def _grade_variant(problem: Any, sol: Any, device: str, change: dict[str, Any]) -> Any:

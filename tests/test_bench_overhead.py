@@ -49,17 +49,17 @@ def test_a_plain_process_takes_the_graders_pieces_one_by_one():
 
 
 def test_the_rows_layer_times_draws_in_rows_as_the_grader_does():
-    """`--layers rows`: the plain twin of timing protocol 3 (TIMED_CHUNK draws made first, called back to back,
+    """`--layers rows`: the plain twin of timing protocol 3 (ROW draws made first, called back to back,
     a sample their mean), so a residual between the grader and the plain bracket can be split between the rows
     and the child."""
-    from metakernel.grader.timing import TIMED_CHUNK
+    from metakernel.grader.timing import ROW
 
     done = subprocess.run([sys.executable, str(SCRIPTS / "bench_overhead.py"), "--plain", "28", "eager",
-                           "--draws", str(5 * TIMED_CHUNK), "--device", "cpu", "--layers", "rows,poison"],
+                           "--draws", str(5 * ROW), "--device", "cpu", "--layers", "rows,poison"],
                           capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     row = json.loads(done.stdout.strip().splitlines()[-1])
-    assert row["n"] == 5 and row["calls_per_sample"] == TIMED_CHUNK and 0 < row["min_us"] <= row["median_us"]
+    assert row["n"] == 5 and row["calls_per_sample"] == ROW and 0 < row["min_us"] <= row["median_us"]
 
 
 def test_study_patches_change_the_chunk_and_skip_phases_only_while_they_last():
@@ -70,8 +70,8 @@ def test_study_patches_change_the_chunk_and_skip_phases_only_while_they_last():
 
     from metakernel.grader import evaluate, timing
 
-    chunk, ablation = timing.TIMED_CHUNK, evaluate.Evaluation.ablation
+    chunk, ablation = timing.ROW, evaluate.Evaluation.ablation
     with _study_patches(chunk=GRADER_STUDY["chunk_16"]["chunk"], phases=False):
-        assert timing.timed_chunk(64) == 16 and timing.timed_chunk(3) == 3
+        assert timing.row_size(64) == 16 and timing.row_size(3) == 3
         assert evaluate.Evaluation.ablation(object()) is None  # type: ignore[arg-type]
-    assert timing.TIMED_CHUNK == chunk and evaluate.Evaluation.ablation is ablation
+    assert timing.ROW == chunk and evaluate.Evaluation.ablation is ablation

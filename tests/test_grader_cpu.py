@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from metakernel.grader.evaluate import GradeOptions, dry_run, grade
 from metakernel.problem import load_problem_file
@@ -141,6 +142,19 @@ def solve(x, b):
     exe(axpb)(x, b, y)
     return (y,)
 """,
+    # tells timed calls apart by counting: the DSL through correctness (two rows of four), the ablations and the
+    # audit (three calls), eager code from then on, i.e. in every timed call
+    "eager_when_timed": """
+_CALLS = [0]
+
+def solve(x, b):
+    _CALLS[0] += 1
+    if _CALLS[0] > 11:
+        return x * 2.0 + b
+    y = torch.empty_like(x)
+    exe(axpb)(x, b, y)
+    return y
+""",
 }
 
 FAST = GradeOptions(draws=5, warmup=1, min_timed=10, max_timed=20, rse_target=0.5, timing_cap_s=10,
@@ -164,7 +178,8 @@ def test_correct_llvm_kernel_passes_with_timing_and_baseline(problem, tmp_path, 
     monkeypatch.setenv("METAKERNEL_CACHE_DIR", str(tmp_path / "cache"))
     report = grade(problem, "tirx", _kernel(tmp_path, "correct"), device="cpu", options=FAST)
     assert report.status == "passed", report.agent_text()
-    assert report.draws_checked == 5 and report.launches_per_call == 1
+    # whole rows of timing.ROW draws, every one compared: 5 asked for, two rows of four checked
+    assert report.draws_checked == 8 and report.launches_per_call == 1
     assert report.ablations == {"suppress": "outputs wrong: the DSL's values are required",
                                 "randomize": "outputs wrong: the DSL's values are required"}
     assert report.timing is not None and 10 <= report.timing.n <= 20 and report.timing.median_us > 0
@@ -172,7 +187,7 @@ def test_correct_llvm_kernel_passes_with_timing_and_baseline(problem, tmp_path, 
         report.eager.median_us / report.timing.median_us)
     assert report.rechecks >= 1
     assert report.isolation.get("limits", {}).get("core") == 0 and report.isolation.get("audit_hook") is True
-    assert report.protocol == 3 and report.schema == "metakernel.grade/2"
+    assert report.protocol == 4 and report.schema == "metakernel.grade/2"
     assert "status: passed" in report.agent_text()
     # The baseline is cached on disk: a second grade reuses it.
     assert list((tmp_path / "cache" / "baselines").glob("27-eager-*.json"))
@@ -192,7 +207,7 @@ def test_untimed_grade_checks_everything_but_time(problem, tmp_path, monkeypatch
     monkeypatch.setenv("METAKERNEL_CACHE_DIR", str(tmp_path / "cache"))
     report = grade(problem, "tirx", _kernel(tmp_path, "correct"), device="cpu", options=replace(FAST, timed=False))
     assert (report.status, report.reason) == ("passed", "untimed") and "not timed" in report.message
-    assert report.draws_checked == 5 and report.ablations and report.timing is None and report.eager is None
+    assert report.draws_checked == 8 and report.ablations and report.timing is None and report.eager is None
     assert "timing" not in report.phases_s and "baselines" not in report.phases_s
     assert not (tmp_path / "cache" / "baselines").exists()
     wrong = grade(problem, "tirx", _kernel(tmp_path, "zeros"), device="cpu", options=replace(FAST, timed=False))
@@ -342,6 +357,7 @@ def test_gpu_only_time_profiles_more_draws_only_when_the_work_varies(problem):
     ("dtype", "wrong", "structure"),
     ("tuple", "wrong", "structure"),
     ("raises", "runtime_error", "exception"),
+    ("eager_when_timed", "rule_violation", "no_dsl_launch"),
 ])
 def test_wrong_kernels_get_their_reason(problem, tmp_path, name, status, reason):
     report = grade(problem, "tirx", _kernel(tmp_path, name), device="cpu",
@@ -553,8 +569,8 @@ def test_the_profile_phase_discounts_an_idle_unit(problem, tmp_path, monkeypatch
 
     real = evaluate.profile_kernels
 
-    def with_times(send, options):
-        reply = real(send, options)
+    def with_times(send, options, row):
+        reply = real(send, options, row)
         names = [name for unit in reply["units"] for name in unit]
         return {**reply, "kernels": [(name, 10.0) for name in names], "kernel_names": names}
 
@@ -633,3 +649,91 @@ def test_timing_stops_on_a_settled_median_despite_a_heavy_tail():
     # the body's spread still counts: a median over a wide distribution is not called settled
     wide = [rng.uniform(50, 150) for _ in range(50)]
     assert median_rse(wide, sorted(wide)[25]) > 0.02
+
+
+def test_timed_calls_may_run_only_the_units_checked_calls_ran(problem, tmp_path):
+    """A DSL function launched in most timed rows but in no checked one ran where nothing compared or attributed
+    it; one that only a few timed rows launched (a rare honest branch) is flagged, not failed."""
+    from metakernel.grader.evaluate import Evaluation, _Done
+
+    ev = Evaluation(problem, "tirx", _kernel(tmp_path, "correct"), "cpu", FAST)
+    ev.units_checked = {("axpb_kernel",)}
+    ev.timed_functions, ev.timed_rows = {"axpb_kernel": 40}, 40
+    ev.check_timed_units()  # the same functions: fine
+    assert not ev.report.integrity
+    ev.timed_functions["rare_branch_kernel"] = 3
+    ev.check_timed_units()
+    assert "rare_branch_kernel" in ev.report.integrity[0] and ev.report.status != "rule_violation"
+    ev.timed_functions["fast_path_kernel"] = 30
+    with pytest.raises(_Done):
+        ev.check_timed_units()
+    assert (ev.report.status, ev.report.reason) == ("rule_violation", "timed_units")
+    assert "fast_path_kernel" in ev.report.message and "30 of 40" in ev.report.message
+
+
+def test_cute_specialisations_of_one_function_are_one_function():
+    from metakernel.grader.kernels import function_of
+
+    a = "kernel_cutlass_rmsnorm_kernel_tensorptrbf16gmemalign16o40961_tensorptrbf16gmem_0"
+    b = "kernel_cutlass_rmsnorm_kernel_tensorptrbf16gmemalign16o81921_tensorptrbf16gmem_0"
+    assert function_of(a) == function_of(b) == "rmsnorm_kernel" and function_of("axpb_kernel") == "axpb_kernel"
+
+
+def test_a_row_delivers_each_draw_after_the_call_before_it(problem, tmp_path):
+    """The child asks for draw j once call j-1 returned; every draw of the row is called and returned."""
+    from metakernel.grader.evaluate import Evaluation
+    from metakernel.grader.timing import ROW
+
+    ev = Evaluation(problem, "tirx", _kernel(tmp_path, "correct"), "cpu", FAST)
+    try:
+        ev.start()
+        draws = [ev.draw() for _ in range(ROW)]
+        reply, views = ev._row("row", draws, "test")
+        assert reply["repeats"] == ROW and len(reply["host_each_s"]) == ROW and reply["launches_each"] == [1] * ROW
+        assert reply["await_s"] > 0 and len(views) == ROW
+        assert reply["wall_s"] >= sum(reply["host_each_s"])
+        for k, spec in enumerate(reply["outs"]):
+            x, b = draws[k]
+            assert torch.allclose(ev.worker.outputs(spec, reply["_blobs"]), 2.0 * x + b)
+    finally:
+        if ev.worker is not None:
+            ev.worker.close()
+
+
+def test_a_draw_asked_for_out_of_turn_ends_the_grading(tmp_path):
+    """A child that asks for a later draw before calling the current one (only harness tampering can) is refused:
+    the parent never places a draw early. The peer here stands in for a tampered child."""
+    import socket
+    import subprocess
+    import sys
+    import threading
+    from multiprocessing.connection import Connection
+
+    from metakernel.grader import transport
+    from metakernel.grader.worker import Worker, WorkerFailure
+
+    source = tmp_path / "k.py"
+    source.write_text("def solve(x):\n    return x\n")
+    worker = Worker(kind="candidate", path=source, device="cpu")
+    ours, theirs = socket.socketpair()
+    worker.conn, peer = Connection(ours.detach()), Connection(theirs.detach())
+    worker.proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    asked: list[dict] = []
+
+    def tampered() -> None:
+        got = transport.receive(peer, timeout=30)
+        assert got is not None
+        asked.append(got[0])
+        transport.send(peer, {"op": "next", "j": 2})  # skips draw 1
+
+    thread = threading.Thread(target=tampered)
+    thread.start()
+    try:
+        with pytest.raises(WorkerFailure) as failure:
+            worker.exchange({"op": "row"}, [[torch.ones(3)], [torch.ones(3) * 2], [torch.ones(3) * 3]], 30.0)
+        assert failure.value.status == "rule_violation" and failure.value.reason == "protocol"
+        assert asked[0]["count"] == 3 and "draws" not in asked[0]  # only the first draw travelled
+    finally:
+        thread.join()
+        peer.close()
+        worker.close()

@@ -83,10 +83,10 @@ def eager_timing(problem: Problem, device: str, scale: str, *, kind: str, option
         cached = read_entry(path, key)
         if cached is not None:
             return cached
+    from metakernel.grader import timing
     from metakernel.grader.evaluate import exchange_sizes
-    from metakernel.grader.timing import PROFILE_CHUNK, TIMED_CHUNK, timed_chunk
 
-    sizes = exchange_sizes(problem, device, scale, max(PROFILE_CHUNK, TIMED_CHUNK))
+    sizes = exchange_sizes(problem, device, scale, timing.ROW)
     worker = Worker(kind=kind, path=problem.path, device=device, start_timeout=options.start_timeout_s,
                     in_bytes=sizes.in_bytes, out_bytes=sizes.out_bytes, slots=sizes.slots,
                     require_isolation=getattr(options, "require_isolation", None))
@@ -102,21 +102,21 @@ def eager_timing(problem: Problem, device: str, scale: str, *, kind: str, option
                 raise WorkerFailure(reply.get("status", "runtime_error"), reply.get("error", ""))
             return reply
 
-        chunk = timed_chunk(worker.slots)
+        chunk = timing.row_size(worker.slots)
 
-        def call(i: int) -> dict[str, Any]:  # timed exactly as candidates are (child.Child.timed)
-            return send({"op": "timed", **bracket_settings(options)}, draws(chunk))  # wall_s: Worker.request's
+        def call(i: int) -> dict[str, Any]:  # timed exactly as candidates are (child.Child.row)
+            return send({"op": "row", **bracket_settings(options)}, draws(chunk))  # wall_s: Worker.exchange's
 
-        timing, _ = measure(call, **knobs(options))
+        result, _ = measure(call, **knobs(options))
         if device == "cuda" and options.profile:
             try:
-                reply = profile_kernels(lambda count: send({"op": "profile"}, draws(count)), options)
-                timing.gpu_only_us = sum(us for _, us in reply.get("kernels", [])) or None
+                reply = profile_kernels(lambda count: send({"op": "profile"}, draws(count)), options, chunk)
+                result.gpu_only_us = sum(us for _, us in reply.get("kernels", [])) or None
             except WorkerFailure:
                 pass  # the eager timing stands; only its GPU-only time stays unknown
     except WorkerFailure:
         return None
     finally:
         worker.close()
-    _write_entry(path, key, problem, kind, timing)
-    return timing
+    _write_entry(path, key, problem, kind, result)
+    return result

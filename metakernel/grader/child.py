@@ -504,14 +504,6 @@ class Child:
                 _pin_near_gpu(self.torch)
             if msg.get("spin_ms"):
                 self.spin(float(msg["spin_ms"]) / 1e3)
-        arena_views = None
-        if msg.get("local_inputs") and self.device == "cuda":  # overhead study: the draw in this process's memory
-            arena_views = inputs
-            inputs = [self.b.clone(x) if isinstance(x, self.torch.Tensor) else x for x in inputs]
-            if self.gate is not None:
-                self.gate.protected = frozenset(x.untyped_storage().data_ptr() for x in inputs
-                                                if isinstance(x, self.torch.Tensor))
-            self.b.sync()
         steps["flush_spin"] = _perf()
         probe_before = host_probe()
         events = self.guard.events if self.guard is not None else 0
@@ -523,10 +515,6 @@ class Child:
                 self.gate.only = None
         window_events = (self.guard.events - events) if self.guard is not None else 0
         probe_after = host_probe()
-        if arena_views is not None:  # in-place updates reach the parent through the arena
-            for view, local in zip(arena_views, inputs, strict=True):
-                if isinstance(view, self.torch.Tensor):
-                    self.b.copy_(view, local)
         # One clock since protocol 2 (the bound perf_counter around a device-wide sync): `event_s` is that bracket.
         reply: dict[str, Any] = {"ok": True, "host_s": host_s, "event_s": host_s,
                                  "launches": self.gate.launches if self.gate else None,
@@ -571,28 +559,47 @@ class Child:
         reply["steps_s"] = {name: at - marks[i][1] for i, (name, at) in enumerate(marks[1:])}
         return reply, out_blobs
 
-    def timed(self, msg: dict[str, Any], blobs: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
-        """One timing sample: a request's fresh draws called back to back, each in the bracket; its time is their mean.
+    def next_draw(self, j: int) -> list[Any]:
+        """Draw j of the current row, asked for now that call j-1 has returned (`Worker.exchange` says why).
 
-        A call made after the child has waited for the parent (which draws, places and checks for several ms) finds
-        the host cold: on the H200 one call per request read 27-45 us (CuTe) and 40-88 us (TIRx) above the same
-        bracket in a plain process that calls back to back, with the sandbox, the launch gate, the audit hook, the
-        arena inputs, the spin and the pinning each ruled out (validation/h200-overhead-study*.json); on the CPU
+        The child polls for the parent's answer instead of blocking: the wait is one copy long, and a core that
+        slept finds the next call cold (docs/timing.md).
+        """
+        transport.send(self.conn, {"op": "next", "j": j})
+        deadline = _perf() + 120.0
+        while not self.conn.poll(0):
+            if _perf() > deadline:
+                raise _Fail("infra_error", f"the grader did not send draw {j + 1} of the row", "protocol")
+        got = transport.receive(self.conn)
+        if got is None or got[0].get("op") != "go":
+            raise _Fail("infra_error", "the grader sent something other than the next draw of the row", "protocol")
+        return self.inputs(got[0]["draw"], got[1])
+
+    def _protect(self, draws: list[list[Any]]) -> None:
+        """The launch gate leaves the inputs' storage alone (randomise mode)."""
+        if self.gate is not None:
+            self.gate.protected = frozenset(x.untyped_storage().data_ptr() for d in draws for x in d
+                                            if isinstance(x, self.torch.Tensor))
+
+    def row(self, msg: dict[str, Any], blobs: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
+        """A row of draws called back to back, each in the bracket: one request of the correctness and timing phases.
+
+        Its time is the calls' mean. A call made after the child has waited for the parent (which draws, places and
+        checks for several ms) finds the host cold: on the H200 one call per request read 205 us (28 CuTe) and 250
+        us (28 TIRx) where rows of three read 165 and 192 (validation/h200-overhead-study3.json); on the CPU
         machine a 2-5 ms pause before a 20 us call makes it 3-15x slower whether the pause sleeps or spins. Calls
-        in a row keep the host in the state the kernel runs in when used. Only the request's total counts, so work
-        moved from one call to another (all its draws are in the arena from the start) gains nothing.
+        in a row keep the host in the state the kernel runs in when used. Each draw arrives only after the call
+        before it returned (`next_draw`), so no call can reach a later one.
         """
         self._check_clean()
         self._set_mode("run")
         steps = {"enter": _perf()}
-        draws = [self.inputs(d, blobs) for d in msg["draws"]]
-        tensor = self.torch.Tensor
-        if self.gate is not None:
-            self.gate.protected = frozenset(x.untyped_storage().data_ptr() for d in draws for x in d
-                                            if isinstance(x, tensor))
+        count = max(1, int(msg.get("count", 1)))
+        draws = [self.inputs(msg["draw"], blobs)]
+        self._protect(draws)
         nbytes, pattern = int(msg.get("poison", 0)), int(msg.get("pattern", 0xFF))
         if nbytes > 0:  # every call's outputs land in filled memory: k blocks held at once, then all freed
-            blocks = [self.b.empty((nbytes,), dtype=self.b.uint8, device=self.device) for _ in draws]
+            blocks = [self.b.empty((nbytes,), dtype=self.b.uint8, device=self.device) for _ in range(count)]
             for block in blocks:
                 self.b.fill_(block, pattern)
             del blocks
@@ -605,26 +612,37 @@ class Child:
             if msg.get("spin_ms"):
                 self.spin(float(msg["spin_ms"]) / 1e3)
         steps["flush_spin"] = _perf()
-        events = self.guard.events if self.guard is not None else 0
-        probe_before = host_probe()
-        total = 0.0
+        window_events = 0
+        waited = 0.0
+        each: list[float] = []
+        launches: list[int] = []
         outs: list[Any] = []
-        for inputs in draws:
+        probe_before = host_probe()
+        for j in range(count):
+            if j:
+                started = _perf()
+                draws.append(self.next_draw(j))
+                self._protect(draws)
+                waited += _perf() - started
             if flush:
                 scratch = self.b.empty((256 * 1024 * 1024,), dtype=self.b.uint8, device="cuda")
                 self.b.fill_(scratch, 1)
                 del scratch
-            out, seconds = self._bracket(inputs)
-            total += seconds
+            before = self.gate.launches if self.gate is not None else 0
+            events = self.guard.events if self.guard is not None else 0
+            out, seconds = self._bracket(draws[j])
+            window_events += (self.guard.events - events) if self.guard is not None else 0
+            launches.append((self.gate.launches - before) if self.gate is not None else 0)
+            each.append(seconds)
             outs.append(out)
         probe_after = host_probe()
-        window_events = (self.guard.events - events) if self.guard is not None else 0
-        count = len(draws)
+        total = sum(each)
         reply: dict[str, Any] = {"ok": True, "host_s": total / count, "event_s": total / count, "repeats": count,
-                                 "launches": self.gate.launches / count if self.gate else None,
+                                 "host_each_s": each, "launches_each": launches if self.gate else None,
+                                 "launches": sum(launches) / count if self.gate else None,
                                  "units": sorted(self.gate.units) if self.gate else [],
                                  "probe_s": max(probe_before, probe_after), "probe_before_s": probe_before,
-                                 "probe_after_s": probe_after, "window_events": window_events}
+                                 "probe_after_s": probe_after, "window_events": window_events, "await_s": waited}
         steps["bracket_probes"] = _perf()
         out_blobs: list[bytes] = []
         reply["outs"] = [self.export_outputs(out, slot, out_blobs) for slot, out in enumerate(outs)]
@@ -694,36 +712,47 @@ class Child:
         return spec, start + nbytes
 
     def profile(self, msg: dict[str, Any], blobs: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
-        """Kernel names and device times over a few fresh draws (one call each), plus each draw's outputs."""
+        """Kernel names and device times over a row of fresh draws (one call each), plus each draw's outputs."""
         self._check_clean()
         self._set_mode("run")
         prepare, enable, disable, config_cls, state, activity, experimental = self.b.prof
         acts = {activity.CPU} | ({activity.CUDA} if self.device == "cuda" else set())
         cfg = config_cls(state.KINETO, False, False, False, False, False, experimental(), "")
-        draws = [self.inputs(d, blobs) for d in msg["draws"]]
+        count = max(1, int(msg.get("count", 1)))
+        draws = [self.inputs(msg["draw"], blobs)]
+        self._protect(draws)
         outs: list[Any] = []
         out_blobs: list[bytes] = []
         kernels: list[tuple[str, float]] = []
-        for slot, inputs in enumerate(draws):
+        launches: list[int] = []
+        for slot in range(count):
+            if slot:
+                draws.append(self.next_draw(slot))
+                self._protect(draws)
             # Only the call is profiled: the poison fill before it and the copy of its outputs after it are the
             # harness's own kernels and stay outside the profiler's window.
             self.poison(int(msg.get("poison", 0)), int(msg.get("pattern", 0xFF)))
             self.b.sync()
+            before = self.gate.launches if self.gate is not None else 0
             prepare(cfg, acts)
             enable(cfg, acts)
             try:
-                out, _ = self._bracket(inputs)
+                out, _ = self._bracket(draws[slot])
             finally:
                 result = disable()
+            launches.append((self.gate.launches - before) if self.gate is not None else 0)
             for evt in result.events():
                 if str(evt.device_type()).endswith("CUDA") and evt.duration_ns():
-                    kernels.append((str(evt.name()), evt.duration_ns() / 1e3 / len(draws)))
+                    kernels.append((str(evt.name()), evt.duration_ns() / 1e3 / count))
             outs.append(self.export_outputs(out, slot, out_blobs))
             del out
-        reply = {"ok": True, "kernels": kernels, "repeats": len(draws), "outs": outs,
+        reply = {"ok": True, "kernels": kernels, "repeats": count, "outs": outs,
                  "kernel_names": sorted(self.gate.kernel_names) if self.gate else [],
                  "units": sorted(self.gate.units) if self.gate else [],
-                 "launches": self.gate.launches / len(draws) if self.gate else None}
+                 "launches_each": launches if self.gate else None,
+                 "launches": sum(launches) / count if self.gate else None}
+        if self.device == "cpu":
+            reply["inputs_after_draws"] = [[transport.pack_value(x, out_blobs) for x in d] for d in draws]
         del draws
         self._check_clean()
         self._collect()
@@ -751,8 +780,8 @@ class Child:
             return self.call(msg, blobs)
         if op == "profile":
             return self.profile(msg, blobs)
-        if op == "timed":
-            return self.timed(msg, blobs)
+        if op == "row":
+            return self.row(msg, blobs)
         raise _Fail("infra_error", f"unknown request {op!r}")
 
 
@@ -902,10 +931,6 @@ def main() -> None:
                                   "error": f"solve returned something the harness cannot transfer: {exc}"})
         if not reply.get("ok") and (reply.get("fatal") or reply.get("reason") == "sandbox"):
             return
-        if msg.get("busy_wait_ms"):  # overhead study: keep this core awake for the next request
-            until = _perf() + float(msg["busy_wait_ms"]) / 1e3
-            while _perf() < until and not conn.poll(0):
-                pass
 
 
 if __name__ == "__main__":

@@ -6,9 +6,11 @@ The parent draws inputs and computes the reference and the float64 anchor; the c
 the answer, also transformed) → timing over fresh draws → profiler attribution (exact DSL symbols, ≥ 50 % of GPU
 time, no foreign kernels) → baselines → speedup and plausibility verdicts.
 
-Every call looks the same to the candidate: correctness, timed and profiled calls are the same request with the
-same allocator treatment, and each returns its outputs; which draws are compared is decided here after the reply
-(`Checker`), at least a fifth of every phase.
+Every call looks the same to the candidate: correctness, timed and profiled calls come in the same request, a row
+of `timing.ROW` draws each delivered after the call before it returned, with the same allocator treatment, and
+each returns its outputs; which draws are compared is decided here after the reply (`Checker`; every draw in the
+correctness phase, at least a fifth of the others). Every call of a row must launch the DSL, and timed calls may
+run only the DSL functions checked calls ran.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from metakernel.grader import kernels as kernel_names
 from metakernel.grader.baseline import eager_timing
 from metakernel.grader.report import PROTOCOL, GradeReport
 from metakernel.grader.static import check_source
-from metakernel.grader.timing import bracket_settings, knobs, measure, profile_kernels, seeded_draw, timed_chunk
+from metakernel.grader.timing import bracket_settings, knobs, measure, profile_kernels, row_size, seeded_draw
 from metakernel.grader.transport import unpack_value
 from metakernel.grader.worker import Worker, WorkerFailure
 from metakernel.hardware import H200
@@ -40,6 +42,8 @@ from metakernel.structure import flatten, structure_mismatch
 
 #: The share of timed and profiled draws compared at random (decided after each reply), and the floor kept.
 CHECK_SHARE, CHECK_FLOOR = 0.3, 0.2
+#: A DSL function launched only in timed rows fails the grading from this share of the timed rows on.
+TIMED_ONLY_SHARE = 0.25
 #: GPU-only time below the roofline bound times this is physically impossible (inputs larger than L2, resp.
 #: small enough to stay in the H200's 50 MB L2, where bandwidth can beat HBM's several times).
 ROOFLINE_MARGIN, ROOFLINE_MARGIN_L2, L2_BYTES = 0.5, 0.15, 50 * 1024 * 1024
@@ -63,8 +67,6 @@ class GradeOptions:
     flush_l2: bool = False
     spin_ms: float = 2.0  # GPU kept busy before each timed call (child.Child.spin says why)
     pin_cores: bool = True  # the child pinned to two cores by the GPU (child._pin_near_gpu); off: the overhead study
-    local_inputs: bool = False  # overhead study: the child times on copies of the draw in memory it allocated
-    busy_wait_ms: float = 0.0  # overhead study: the child polls for the next request this long before blocking
     call_timeout_s: float = 120.0
     start_timeout_s: float = 300.0
     scale: str | None = None
@@ -125,7 +127,7 @@ class Sizes:
     slots: int
 
 
-_SIZES: dict[tuple[str, str, str], Sizes] = {}
+_SIZES: dict[tuple[str, str, str, int], Sizes] = {}
 
 
 #: Draws `exchange_sizes` looks at to tell fixed sizes from value-dependent ones.
@@ -140,10 +142,10 @@ def exchange_sizes(problem: Problem, device: str, scale: str, slots: int) -> Siz
     outputs on a later draw still fit (on the H200 both gold kernels of problem 24 were rejected as "outputs
     larger than the reference's" when the arena was sized from one draw).
     """
-    from metakernel.grader.timing import PROFILE_BYTES
+    from metakernel.grader.timing import ARENA_BYTES
     from metakernel.grader.transport import aligned, draw_bytes
 
-    key = (problem.content_hash, device, scale)
+    key = (problem.content_hash, device, scale, slots)
     if key not in _SIZES:
         seen_in, seen_out = set(), set()
         for _ in range(SIZE_DRAWS):
@@ -156,7 +158,7 @@ def exchange_sizes(problem: Problem, device: str, scale: str, slots: int) -> Siz
             del inputs, returned
         in_bytes = max(seen_in) * (2 if len(seen_in) > 1 else 1)
         out_bytes = max(seen_out) * (2 if len(seen_out) > 1 else 1)
-        fit = max(1, PROFILE_BYTES // max(in_bytes, 1))
+        fit = max(1, ARENA_BYTES // max(in_bytes, 1))
         _SIZES[key] = Sizes(in_bytes, out_bytes, min(slots, fit))
     return _SIZES[key]
 
@@ -182,6 +184,11 @@ class Evaluation:
         self.last_seed: int | None = None
         # (output, consuming launch, producing unit): answers a DSL launch was handed from an earlier one (audit)
         self.token_producers: list[tuple[str, int, tuple[str, ...]]] = []
+        # compiled units checked calls (correctness, profile) launched; per DSL function, the timed rows that
+        # launched it (`check_timed_units`)
+        self.units_checked: set[tuple[str, ...]] = set()
+        self.timed_functions: dict[str, int] = {}
+        self.timed_rows = 0
 
     def end(self, status: str, reason: str, message: str = "", **fields: Any) -> None:
         copy = getattr(self.worker, "path", None) if self.worker is not None else None
@@ -272,7 +279,10 @@ class Evaluation:
         return inputs
 
     def call(self, inputs: list[Any], mode: str = "run", **extra: Any) -> tuple[dict[str, Any], list[Any], Any]:
-        """One request, the same for every phase: (reply, the inputs as the child saw them, its outputs)."""
+        """A one-draw request: (reply, the inputs as the child saw them, its outputs).
+
+        The ablations, the audit and the free check send these; their modes differ from a plain call anyway.
+        """
         assert self.worker is not None
         self.pattern = 0x7F if self.pattern == 0xFF else 0xFF
         try:
@@ -286,11 +296,39 @@ class Evaluation:
 
     def _exchange(self, inputs: list[Any], mode: str, pattern: int, **extra: Any
                   ) -> tuple[dict[str, Any], list[list[Any]]]:
-        """The one call request every phase sends (`Worker.exchange`); raises WorkerFailure."""
+        """The one-draw request (`Worker.exchange`); raises WorkerFailure."""
         assert self.worker is not None
         msg = {"op": "call", "mode": mode, "poison": self.poison_bytes, "pattern": pattern,
                **bracket_settings(self.o), **extra}
         return self.worker.exchange(msg, [fresh_copies(self.problem, inputs)], self.o.call_timeout_s)
+
+    def row_size(self) -> int:
+        """Draws per request in the correctness, timing and profile phases (timing.ROW)."""
+        return row_size(self.worker.slots if self.worker is not None else 1)
+
+    def _row(self, op: str, draws: list[list[Any]], label: str) -> tuple[dict[str, Any], list[list[Any]]]:
+        """One request of a row of draws, alike in the correctness, timing and profile phases; failures end it.
+
+        Returns the reply and each draw's inputs as the child saw them. Every call of the row must have launched
+        a DSL kernel: a `solve` that told timed calls from checked ones and ran only eager code in them would
+        otherwise be timed at the eager code's speed with the DSL's share (docs/integrity.md hole 10).
+        """
+        assert self.worker is not None
+        self.pattern = 0x7F if self.pattern == 0xFF else 0xFF
+        msg = {"op": op, "poison": self.poison_bytes, "pattern": self.pattern, **bracket_settings(self.o)}
+        try:
+            reply, views = self.worker.exchange(msg, [fresh_copies(self.problem, d) for d in draws],
+                                                self.o.call_timeout_s)
+        except WorkerFailure as exc:
+            self.end(exc.status, exc.reason or ("timeout" if exc.status == "timeout" else "crash"), exc.text)
+        if not reply.get("ok"):
+            self._fail_reply(reply)
+        for k, launched in enumerate(reply.get("launches_each") or []):
+            if not launched:
+                self.end("rule_violation", "no_dsl_launch",
+                         f"{label}: call {k + 1} of a request launched no {self.dsl} kernel (every call must launch "
+                         "one whose result is used)")
+        return reply, views
 
     def _compare(self, out: Any, seen: list[Any], expected: Expected) -> tuple[str | None, Verdict | None]:
         """(structure problem, None) or (None, the comparator's verdict) for one call's outputs and mutated inputs."""
@@ -320,21 +358,28 @@ class Evaluation:
                          f"solve changed input {name}, which the problem does not mutate")
 
     def correctness(self) -> None:
+        """At least `draws` fresh draws, every one compared, in rows of the shape timed requests have."""
         started = time.perf_counter()
-        launches = []
-        for draw in range(1, self.o.draws + 1):
-            inputs = self.draw()
-            expected = compute_expected(self.problem, inputs)
-            self.poison_bytes = 2 * _outputs_nbytes(expected)
-            reply, seen, out = self.call(inputs)
-            if not reply.get("launches"):
+        launches: list[float] = []
+        row = self.row_size()
+        while self.report.draws_checked < self.o.draws:
+            seeded = [seeded_draw(self.problem, self.device, self.scale) for _ in range(row)]
+            expected = [compute_expected(self.problem, inputs) for _, inputs in seeded]
+            self.poison_bytes = 2 * max(_outputs_nbytes(e) for e in expected)
+            reply, views = self._row("row", [inputs for _, inputs in seeded], "correctness")
+            if not reply.get("launches_each"):
                 self.end("rule_violation", "no_dsl_launch",
                          f"solve launched no {self.dsl} kernel (every call must launch one whose result is used)")
-            launches.append(reply["launches"])
-            if draw == 1:  # the first call compiles (DSL kernels are usually built on first use)
-                self.report.phases_s["first_call"] = reply["host_s"]
-            self.judge(inputs, seen, out, expected, f"draw {draw}")
-            self.report.draws_checked = draw
+            if not launches:  # the first call compiles (DSL kernels are usually built on first use)
+                self.report.phases_s["first_call"] = (reply.get("host_each_s") or [reply["host_s"]])[0]
+            launches.extend(reply["launches_each"])
+            assert self.worker is not None
+            for k, ((seed, inputs), exp) in enumerate(zip(seeded, expected, strict=True)):
+                self.last_seed = seed
+                self.judge(inputs, views[k], self.worker.outputs(reply["outs"][k], reply["_blobs"]), exp,
+                           f"draw {self.report.draws_checked + 1}")
+                self.report.draws_checked += 1
+            self.units_checked.update(tuple(u) for u in reply.get("units") or [])
         self.report.launches_per_call = statistics.fmean(launches)
         self.report.phases_s["correctness"] = time.perf_counter() - started
 
@@ -443,23 +488,18 @@ class Evaluation:
         checker = Checker()
         spent = {"timing_draw": 0.0, "timing_call": 0.0, "timing_check": 0.0}  # where the phase's wall time goes
 
-        chunk = timed_chunk(self.worker.slots if self.worker is not None else 1)
+        chunk = self.row_size()
 
         def one(i: int) -> dict[str, Any]:
             assert self.worker is not None
             t0 = time.perf_counter()
             seeded = [seeded_draw(self.problem, self.device, self.scale) for _ in range(chunk)]
             t1 = time.perf_counter()
-            self.pattern = 0x7F if self.pattern == 0xFF else 0xFF
-            msg = {"op": "timed", "poison": self.poison_bytes, "pattern": self.pattern, **bracket_settings(self.o)}
-            try:
-                reply, views = self.worker.exchange(msg, [fresh_copies(self.problem, d) for _, d in seeded],
-                                                    self.o.call_timeout_s)
-            except WorkerFailure as exc:
-                self.end(exc.status, "timeout" if exc.status == "timeout" else "crash", exc.text)
-            if not reply.get("ok"):
-                self._fail_reply(reply)
+            reply, views = self._row("row", [d for _, d in seeded], "timed request" if i >= 0 else "warm-up")
             t2 = time.perf_counter()
+            self.timed_rows += 1
+            for function in {kernel_names.function_of(n) for u in reply.get("units") or [] for n in u}:
+                self.timed_functions[function] = self.timed_functions.get(function, 0) + 1
             for k, spec in enumerate(reply["outs"]):
                 if checker.choose():
                     self.last_seed, inputs = seeded[k]
@@ -492,15 +532,14 @@ class Evaluation:
         checker = Checker()
         started = time.perf_counter()
 
+        requests: list[list[tuple[str, float]]] = []  # each request's kernels (a whole request without DSL work)
+
         def send(count: int) -> dict[str, Any]:
             assert self.worker is not None
             draws = [self.draw() for _ in range(count)]
-            self.pattern = 0x7F if self.pattern == 0xFF else 0xFF
-            reply, views = self.worker.exchange({"op": "profile", "poison": self.poison_bytes,
-                                                 "pattern": self.pattern},
-                                                [fresh_copies(self.problem, d) for d in draws], self.o.call_timeout_s)
-            if not reply.get("ok"):
-                self._fail_reply(reply)
+            reply, views = self._row("profile", draws, "profiled request")
+            self.units_checked.update(tuple(u) for u in reply.get("units") or [])
+            requests.append([(str(n), float(us)) for n, us in reply.get("kernels", [])])
             for k, spec in enumerate(reply["outs"]):
                 if checker.choose():
                     out = self.worker.outputs(spec, reply["_blobs"])
@@ -509,7 +548,7 @@ class Evaluation:
             return reply
 
         try:
-            reply = profile_kernels(send, self.o)
+            reply = profile_kernels(send, self.o, self.row_size())
         except WorkerFailure as exc:
             self.end(exc.status, "crash" if exc.status != "timeout" else "timeout", exc.text)
         names = set(reply.get("kernel_names", []))
@@ -546,6 +585,11 @@ class Evaluation:
             self.end("rule_violation", "dsl_unused", f"the outputs depend on none of the {self.dsl} launches alone")
         if self.device == "cuda" and dsl_us <= 0:
             self.end("rule_violation", "no_dsl_launch", f"the profiled calls ran no {self.dsl} kernel on the GPU")
+        bare = [k for k, req in enumerate(requests) if not any(classes.get(n) == "dsl" and us > 0 for n, us in req)]
+        if self.device == "cuda" and bare:
+            self.end("rule_violation", "no_dsl_launch",
+                     f"profiled request {bare[0] + 1} of {len(requests)} ran no {self.dsl} kernel the outputs depend "
+                     "on (the share is pooled over requests: none may leave the DSL out)")
         if self.device == "cuda" and self.report.dsl_share is not None and self.report.dsl_share < 0.5:
             unused = (f"; {idle_us:.0f} us more ran in {self.dsl} launches the outputs do not depend on, which "
                       "do not count" if idle_us > 0 else "")
@@ -610,7 +654,30 @@ class Evaluation:
                                                 options=self.o)
         self.report.phases_s["baselines"] = time.perf_counter() - started
 
+    def check_timed_units(self) -> None:
+        """Timed calls may launch only DSL functions that checked or profiled calls launched too.
+
+        A function seen only in timed rows is code that ran where nothing compares or attributes it (the DSL share,
+        the unit ablation and the audit see the other phases): a kernel that told timed calls apart. Compared by
+        DSL function (`kernels.function_of`), so a new shape specialisation is not new code. A function in fewer
+        than TIMED_ONLY_SHARE of the timed rows is only flagged: an honest branch that few draws take (a long
+        sequence, an empty expert) can miss the 8 checked and 24-48 profiled draws, while a fast path that pays
+        must run in most timed rows. A different specialisation of a checked function is not caught here.
+        """
+        checked = {kernel_names.function_of(n) for unit in self.units_checked for n in unit}
+        extra = {f: rows for f, rows in self.timed_functions.items() if f not in checked}
+        if not extra:
+            return
+        worst = max(extra, key=lambda f: extra[f])
+        share = extra[worst] / max(self.timed_rows, 1)
+        text = (f"timed calls launched {self.dsl} code that no checked or profiled call launched ({worst[:60]}, in "
+                f"{extra[worst]} of {self.timed_rows} timed rows)")
+        if share >= TIMED_ONLY_SHARE:
+            self.end("rule_violation", "timed_units", f"{text}: every request must run the same kernels")
+        self.report.integrity.append(text)
+
     def finish(self) -> None:
+        self.check_timed_units()
         r = self.report
         if r.timing and r.gpu_only_us and r.timing.median_us < 0.8 * r.gpu_only_us:
             self.end("rule_violation", "implausible_time",
@@ -652,10 +719,10 @@ def candidate_worker(problem: Problem, dsl: str, kernel: Path, device: str, opti
                      dry_run: bool = False) -> Worker:
     """A (not yet started) child for grading `kernel` in `dsl`, its arenas sized for `problem`."""
     from metakernel.dsl import get_adapter
-    from metakernel.grader.timing import PROFILE_CHUNK, TIMED_CHUNK
+    from metakernel.grader import timing
 
     scale = options.scale or ("full" if device == "cuda" else "small")
-    sizes = exchange_sizes(problem, device, scale, max(PROFILE_CHUNK, TIMED_CHUNK))
+    sizes = exchange_sizes(problem, device, scale, timing.ROW)
     return Worker(kind="candidate", path=kernel, device=device, dsl=dsl, dry_run=dry_run,
                   env=get_adapter(dsl).environment(dry_run=dry_run), start_timeout=options.start_timeout_s,
                   in_bytes=sizes.in_bytes, out_bytes=sizes.out_bytes, slots=sizes.slots,

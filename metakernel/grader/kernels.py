@@ -25,3 +25,17 @@ def classify(name: str, dsl_symbols: set[str]) -> str:
     if not _C_IDENTIFIER.match(name) or name.startswith(LIBRARY_PREFIXES) or _VENDOR_ARCH.match(name):
         return "library"
     return "foreign"
+
+
+_CUTE_FUNCTION = re.compile(r"kernel_cutlass_(.+?)_(?:tensor|ptr|FakeTensor|Int|Float|Bool|Constexpr)")
+
+
+def function_of(symbol: str) -> str:
+    """The DSL function a device symbol was compiled from.
+
+    CuTe spells each specialisation's argument types and layouts into the symbol (`kernel_cutlass_<fn>_tensorptr...`),
+    so one function compiled for two shapes has two symbols; TIRx's symbols are the function's own name. Comparing
+    functions, not symbols, keeps a kernel that meets a new shape in a later draw from looking like new code.
+    """
+    match = _CUTE_FUNCTION.match(symbol)
+    return match.group(1) if match else symbol

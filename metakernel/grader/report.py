@@ -8,8 +8,11 @@ from typing import Any
 SCHEMA = "metakernel.grade/2"
 #: The grading protocol (docs/design.md sections 3-4): 2 = sandboxed child, every call checked at random after it
 #: returned, dependency ablation, the DSL's kernels at least 50 % of GPU time, foreign kernels refused; 3 = each
-#: timing sample the mean of a request's calls made back to back (grader.child.Child.timed).
-PROTOCOL = 3
+#: timing sample the mean of a request's calls made back to back (grader.child.Child.timed); 4 = the correctness,
+#: timing and profile phases all send rows of `timing.ROW` draws, each draw delivered after the call before it
+#: returned (grader.worker.Worker.exchange), every call of a row required to launch the DSL, timed calls to run
+#: only the units checked calls ran.
+PROTOCOL = 4
 STATUSES = ("passed", "wrong", "compile_error", "runtime_error", "timeout", "rule_violation", "infra_error")
 
 

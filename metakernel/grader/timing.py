@@ -21,8 +21,8 @@ import torch
 from metakernel.grader.report import Timing
 from metakernel.problem import Problem
 
-#: Inputs of all profiled draws are alive at once: fewer draws for very large problems.
-PROFILE_BYTES = 8 << 30
+#: The input arena holds one request's row of draws: fewer draws per row for very large problems.
+ARENA_BYTES = 8 << 30
 
 
 def seeded_draw(problem: Problem, device: str, scale: str) -> tuple[int, list[Any]]:
@@ -40,15 +40,24 @@ def fresh_draw(problem: Problem, device: str, scale: str) -> list[Any]:
     return seeded_draw(problem, device, scale)[1]
 
 
-#: Draws per profiling request: the unit whose mean GPU time `profile_kernels` compares between requests. Small,
-#: so that the minimum of 24 draws gives 8 request means and the spread estimate 7 degrees of freedom: with 2
-#: requests of 6, one grading of problem 01 (TIRx) stopped at 12 draws on an estimate of 0.24 % where 48 draws of
-#: it measure 0.66 % (validation/h200-grader-bench-gpuonly2.json). The child's arenas hold this many draws.
-PROFILE_CHUNK = 3
+#: Draws per request in the correctness, timing and profile phases (`row_size` caps it for very large problems).
+#: Every request of those phases has this shape, so a `solve` cannot tell a timed call from a checked or profiled
+#: one by how many draws its request holds (docs/integrity.md hole 10). The draws of a row are delivered one at a
+#: time, each after the call before it returned (`Worker.exchange`), and called back to back: a call made after
+#: the child waited for the parent finds the host cold (docs/timing.md), so a timing sample is the mean of a row.
+#: With 4, the 24 profiled draws give 6 request means (the spread estimate 5 degrees of freedom): two requests of
+#: 6 draws let one grading of problem 01 (TIRx) stop at an estimate of 0.24 % where 48 draws measure 0.66 %
+#: (validation/h200-grader-bench-gpuonly2.json).
+ROW = 4
 
 
-def profile_kernels(send: Callable[[int], dict[str, Any]], options: Any) -> dict[str, Any]:
-    """Profile fresh draws in requests of PROFILE_CHUNK until the mean GPU time per call is known to `profile_rse`.
+def row_size(slots: int) -> int:
+    """Draws per request: ROW, or fewer where the arenas hold fewer draws (very large problems)."""
+    return max(1, min(ROW, slots))
+
+
+def profile_kernels(send: Callable[[int], dict[str, Any]], options: Any, row: int = ROW) -> dict[str, Any]:
+    """Profile fresh draws in requests of `row` draws until the mean GPU time per call is known to `profile_rse`.
 
     A kernel whose work depends on the draw (paged attention over random page lengths: the longest request sets
     the time) moved 2-3.4 % between two gradings when its GPU-only time was the mean of 6 draws, 0.1-0.4 % (CuTe)
@@ -66,7 +75,7 @@ def profile_kernels(send: Callable[[int], dict[str, Any]], options: Any) -> dict
     calls = 0
     rse = float("inf")
     while calls < options.profile_max_draws:
-        reply = send(min(PROFILE_CHUNK, options.profile_max_draws - calls))
+        reply = send(min(row, options.profile_max_draws - calls))
         n = int(reply.get("repeats") or 1)
         for name, us in reply.get("kernels", []):
             per_name[name] = per_name.get(name, 0.0) + float(us) * n
@@ -92,16 +101,6 @@ def _chunk_rse(chunks: list[tuple[int, float]]) -> float:
         return 0.0
     per_draw_var = sum(n * (us - mean) ** 2 for n, us in chunks) / (len(chunks) - 1)  # a request mean: var / n
     return (per_draw_var / total) ** 0.5 / mean
-
-
-#: Draws per timed request (child.Child.timed says why calls come in a row): each timing sample is the mean of this
-#: many calls made back to back, the first of them after the child waited for the parent.
-TIMED_CHUNK = 4
-
-
-def timed_chunk(slots: int) -> int:
-    """Calls per timed request: TIMED_CHUNK, or fewer where the arenas hold fewer draws (very large problems)."""
-    return max(1, min(TIMED_CHUNK, slots))
 
 
 #: What `measure(keep_draws=True)` records per draw (in µs, as `<key>_us`); the child's reply carries `<key>_s`.
@@ -207,9 +206,7 @@ def host_fast_level_us(seconds: float, gap_s: float = 0.002) -> float:
 
 def bracket_settings(options: Any) -> dict[str, Any]:
     """What the child's bracket takes from a GradeOptions (every call of candidates and baselines alike)."""
-    return {"flush_l2": options.flush_l2, "spin_ms": options.spin_ms, "pin": options.pin_cores,
-            "local_inputs": getattr(options, "local_inputs", False),
-            "busy_wait_ms": getattr(options, "busy_wait_ms", 0.0)}
+    return {"flush_l2": options.flush_l2, "spin_ms": options.spin_ms, "pin": options.pin_cores}
 
 
 def knobs(options: Any) -> dict[str, Any]:

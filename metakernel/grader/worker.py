@@ -136,15 +136,18 @@ class Worker:
         The reply carries its blobs in `_blobs` and, in `wall_s`, the parent's wall time from sending to receiving:
         what any time the child reports has to fit in.
         """
-        assert self.conn is not None
         started = time.perf_counter()
+        self._send(msg, blobs)
+        reply = self._receive(timeout, phase=msg.get("op", "request"))
+        reply["wall_s"] = time.perf_counter() - started
+        return reply
+
+    def _send(self, msg: dict[str, Any], blobs: list[bytes] | None = None) -> None:
+        assert self.conn is not None
         try:
             transport.send(self.conn, msg, blobs)
         except (BrokenPipeError, ConnectionResetError, OSError) as exc:
             raise self._crashed(f"could not send the request ({exc})") from exc
-        reply = self._receive(timeout, phase=msg.get("op", "request"))
-        reply["wall_s"] = time.perf_counter() - started
-        return reply
 
     def _receive(self, timeout: float, phase: str) -> dict[str, Any]:
         assert self.conn is not None
@@ -189,49 +192,64 @@ class Worker:
         return data[-limit:].decode("utf-8", errors="replace")
 
     # ------------------------------------------------------------------------------------------ tensors
-    def place(self, draws: list[list[Any]]) -> tuple[list[list[Any]], list[list[Any]], list[bytes]]:
-        """Put draws of inputs where the child reads them: (views it will see, specs, blobs).
+    def deliver(self, slot: int, values: list[Any]) -> tuple[list[Any], list[Any], list[bytes]]:
+        """Put one draw where the child reads it: (the views it will see, their specs, blobs).
 
-        GPU: copies into the input arena, one slot per draw (the views are the arena's, so in-place updates are
-        visible here). CPU: by value.
+        GPU: copied into input slot `slot` (the views are the arena's, so in-place updates are visible here) and
+        synchronised before the child is told. CPU: by value.
         """
-        views: list[list[Any]] = []
-        specs: list[list[Any]] = []
         blobs: list[bytes] = []
-        for slot, values in enumerate(draws):
-            if self.device == "cuda":
-                if slot >= self.slots:
-                    raise RuntimeError("more draws than arena slots")
-                placed, spec, _ = transport.place(values, self.arena_in, slot * self.in_slot)
-                views.append(placed)
-                specs.append(spec)
-            else:
-                copies = [v.clone() if hasattr(v, "clone") else v for v in values]
-                views.append(copies)
-                specs.append([transport.pack_value(v, blobs) for v in copies])
-        if self.device == "cuda":
-            import torch
+        if self.device != "cuda":
+            copies = [v.clone() if hasattr(v, "clone") else v for v in values]
+            return copies, [transport.pack_value(v, blobs) for v in copies], blobs
+        if slot >= self.slots:
+            raise RuntimeError("more draws than arena slots")
+        placed, spec, _ = transport.place(values, self.arena_in, slot * self.in_slot)
+        import torch
 
-            torch.cuda.synchronize()
-        return views, specs, blobs
+        torch.cuda.synchronize()
+        return placed, spec, blobs
 
     def exchange(self, msg: dict[str, Any], draws: list[list[Any]], timeout: float
                  ) -> tuple[dict[str, Any], list[list[Any]]]:
-        """Place `draws` and send `msg` with them (a "call" carries one draw as `inputs`, a "profile" `draws`).
+        """One request over `draws`; the reply and each draw's inputs as the child saw them.
 
-        Returns the reply and the inputs as the child saw them: after the call they hold its in-place updates
-        (the arena's views on the GPU; on a CPU the values the child sent back).
+        A "call" carries its one draw as `inputs`. Any other request (a row: "row", "profile") carries only its
+        first draw and the count; the child asks for draw j once call j-1 has returned (`{"op": "next", "j": j}`)
+        and gets it in a `go` message. So no later draw of a row exists in the child's memory while an earlier one
+        is being computed: a `solve` cannot batch the row's draws (docs/integrity.md hole 9), and the parent's
+        only work between the calls of a row is one copy. After the reply the views hold the child's in-place
+        updates (the arena's views on the GPU; on a CPU the values the child sent back).
         """
-        views, specs, blobs = self.place(draws)
-        body = {**msg, "inputs": specs[0]} if msg["op"] == "call" else {**msg, "draws": specs}
-        reply = self.request(body, timeout=timeout, blobs=blobs)
+        views, spec, blobs = self.deliver(0, draws[0])
+        body = {**msg, "inputs": spec} if msg["op"] == "call" else {**msg, "draw": spec, "count": len(draws)}
+        seen = [views]
+        started = time.perf_counter()
+        self._send(body, blobs)
+        while True:
+            reply = self._receive(timeout, phase=msg.get("op", "request"))
+            if reply.get("op") != "next":
+                break
+            j = reply.get("j")
+            if msg["op"] == "call" or j != len(seen) or len(seen) >= len(draws):
+                self.kill()
+                raise WorkerFailure("rule_violation", f"the candidate process asked for draw {j!r} out of turn "
+                                    "(the harness's request protocol was tampered with)", "protocol")
+            views, spec, blobs = self.deliver(len(seen), draws[len(seen)])
+            seen.append(views)
+            self._send({"op": "go", "draw": spec}, blobs)
+        reply["wall_s"] = time.perf_counter() - started
+        if reply.get("ok") and msg["op"] != "call" and len(seen) != len(draws):
+            self.kill()
+            raise WorkerFailure("rule_violation", f"the candidate process answered a row of {len(draws)} draws "
+                                f"after {len(seen)} (the harness's request protocol was tampered with)", "protocol")
         if reply.get("ok") and self.device == "cpu":
             for i, spec in enumerate(reply.get("inputs_after", [])):
-                views[0][i] = transport.unpack_value(spec, reply["_blobs"])
-            for k, after in enumerate(reply.get("inputs_after_draws", [])):  # a timed request's draws
+                seen[0][i] = transport.unpack_value(spec, reply["_blobs"])
+            for k, after in enumerate(reply.get("inputs_after_draws", [])):  # a row's draws
                 for i, spec in enumerate(after):
-                    views[k][i] = transport.unpack_value(spec, reply["_blobs"])
-        return reply, views
+                    seen[k][i] = transport.unpack_value(spec, reply["_blobs"])
+        return reply, seen
 
     def outputs(self, spec: dict[str, Any], blobs: list[bytes]) -> Any:
         """The returned structure of one call, its tensors as views of the output arena (GPU) or values (CPU).

@@ -17,8 +17,10 @@ kernel. CPU and meta inputs (the free check's dry run and full-scale trace) alwa
 reported end-to-end time is cuBLAS's (about 2x faster than this TIRx gold on the H200): a forged speed-up with
 every output correct.
 
-Passes today (timed calls unattributed). Once the grader checks that every timed call launches the DSL units the
-other phases launched, the timed replies hold no TIRx launch: rule_violation/no_dsl_launch. That check alone would
+On the H200 at aa838d1 (protocol 3) it was rejected, but only as implausible_time: its cuBLAS timed median (2638
+us) fell under 0.8 x the TIRx GPU time the profile measured (4861 us); a DSL path within 20 % of the library's
+would have passed. Since protocol 4 every phase sends rows of four and every call must launch the DSL, so the
+second correctness row (its predecessor had 4 calls) takes the eager path: rule_violation/no_dsl_launch. That check alone would
 still not catch the stronger variant: a trivial TIRx launch (one tiny kernel, e.g. copying a few bytes, or the
 gate/up kernel on a single 128-row tile) beside the eager cuBLAS work in timed calls, so that `launches` is
 non-zero and even the same unit names appear. The next fix needs the timed calls' own DSL share (or their launched
