@@ -48,7 +48,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from metakernel.dsl.base import LaunchGate
-from metakernel.dsl.resources import ResourceLog
+from metakernel.dsl.resources import Launch, ResourceLog
 from metakernel.paths import guides_dir
 
 ARCH = "sm_90a"
@@ -148,7 +148,132 @@ def _note_cubin(obj: Any) -> None:
     if isinstance(cubin, (bytes, bytearray)):
         key = hashlib.sha256(cubin).hexdigest()
         _STATE.resources.add(key, bytes(cubin))
-        _STATE.resources.use(key)
+        _STATE.resources.use(key, _launches(compiled))
+
+
+#: `cudaLaunchConfig_t` (gridDim, blockDim, dynamicSmemBytes, stream, attrs, numAttrs) in CuTe's lowered host code.
+_LAUNCH_CONFIG = "!llvm.struct<(array<3 x i32>, array<3 x i32>, i64, ptr, ptr, i32)>"
+_LAUNCH_CALLS = ("@_cudaLaunchKernelEx", "@_cudaLaunchKernel")
+
+
+def _launches(compiled: Any) -> dict[str, Launch]:
+    """Each kernel's grid, block and dynamic shared memory as the compiled host function launches it.
+
+    CuTe folds them into constants while lowering the host function (the SmemAllocator total only exists after
+    its `InferKernelSmemUsagePass`), so the final host IR that the compiled object keeps (`ir_module`) is where
+    they can be read without running it. A value the host computes at run time (a grid from a dynamic shape) stays
+    None. Cached on the compiled object; any surprise in the IR only loses the launch columns.
+    """
+    cached = getattr(compiled, "_metakernel_launches", None)
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
+    try:
+        found = _launches_from_host_ir(compiled.ir_module, _kernel_names(compiled))
+    except Exception:  # noqa: BLE001 - no IR kept, another lowering: the table keeps the cubin's columns
+        found = {}
+    try:
+        compiled._metakernel_launches = found
+    except Exception:  # noqa: BLE001
+        pass
+    return found
+
+
+def _launches_from_host_ir(module: Any, names: tuple[str, ...]) -> dict[str, Launch]:
+    from cutlass._mlir import ir as mlir_ir
+
+    ir: Any = mlir_ir  # the bindings are untyped
+
+    stores: list[Any] = []
+    calls: list[Any] = []
+
+    def visit(op: Any) -> Any:
+        if op.name == "llvm.store":
+            stores.append(op)
+        elif op.name == "llvm.call" and "callee" in op.attributes \
+                and str(op.attributes["callee"]) in _LAUNCH_CALLS:
+            calls.append(op)
+        return ir.WalkResult.ADVANCE
+
+    def owner(value: Any) -> Any:
+        op = value.owner
+        return getattr(op, "operation", op) if hasattr(op, "name") else None  # a block argument has no op
+
+    def constant(value: Any) -> int | None:
+        op = owner(value)
+        if op is None or op.name != "llvm.mlir.constant":
+            return None
+        return int(ir.IntegerAttr(op.attributes["value"]).value)
+
+    def indices(gep: Any) -> list[int] | None:  # constant GEP indices, None with a dynamic one
+        if len(gep.operands) != 1:
+            return None
+        return [int(i) for i in ir.DenseI32ArrayAttr(gep.attributes["rawConstantIndices"])]
+
+    def is_config(op: Any) -> bool:
+        return op is not None and op.name == "llvm.alloca" and str(op.attributes["elem_type"]) == _LAUNCH_CONFIG
+
+    def same_place(a: Any, b: Any) -> bool:  # two pointers to one slot: the same value or equal constant GEPs
+        if a == b:
+            return True
+        ga, gb = owner(a), owner(b)
+        return (ga is not None and gb is not None and ga.name == gb.name == "llvm.getelementptr"
+                and ga.operands[0] == gb.operands[0] and indices(ga) is not None and indices(ga) == indices(gb))
+
+    def config_of(value: Any) -> Any:  # the launch config alloca a call's pointer is (or was stored as)
+        op = owner(value)
+        if is_config(op):
+            return op
+        if op is not None and op.name == "llvm.load":
+            for st in stores:
+                if same_place(st.operands[1], op.operands[0]) and is_config(owner(st.operands[0])):
+                    return owner(st.operands[0])
+        return None
+
+    def kernel_of(value: Any) -> str | None:  # the kernel a function-pointer global (`@kernels_<symbol>`) holds
+        op = owner(value)
+        if op is not None and op.name == "llvm.load":
+            op = owner(op.operands[0])
+        if op is None or op.name != "llvm.mlir.addressof":
+            return None
+        symbol = str(op.attributes["global_name"]).lstrip("@")
+        return next((n for n in names if symbol == n or symbol.endswith("_" + n)), None)
+
+    with module.context:
+        module.operation.walk(visit)
+    out: dict[str, Launch] = {}
+    for call in calls:
+        name = kernel_of(call.operands[0] if str(call.attributes["callee"]) == "@_cudaLaunchKernel"
+                         else call.operands[1])
+        if name is None:
+            continue
+        if str(call.attributes["callee"]) == "@_cudaLaunchKernel":  # (func, grid xyz, block xyz, args, smem, ...)
+            dims = [constant(call.operands[i]) for i in range(1, 7)]
+            smem = constant(call.operands[8])
+        else:
+            config = config_of(call.operands[0])
+            if config is None:
+                continue
+            dims, smem = [None] * 6, None
+            for st in stores:
+                gep = owner(st.operands[1])
+                if gep is None or gep.name != "llvm.getelementptr" or owner(gep.operands[0]) != config:
+                    continue
+                at = indices(gep)
+                if at is not None and len(at) == 3 and at[:2] in ([0, 0], [0, 1]) and 0 <= at[2] < 3:
+                    dims[3 * at[1] + at[2]] = constant(st.operands[0])
+                elif at == [0, 2]:
+                    smem = constant(st.operands[0])
+        grid, block = dims[:3], dims[3:]
+        launch = Launch(tuple(grid) if None not in grid else None,  # type: ignore[arg-type]
+                        tuple(block) if None not in block else None,  # type: ignore[arg-type]
+                        smem)
+        if out.get(name, launch) != launch:  # launched twice, differently: only what both launches agree on
+            old = out[name]
+            launch = Launch(old.grid if old.grid == launch.grid else None,
+                            old.block if old.block == launch.block else None,
+                            old.dynamic_smem if old.dynamic_smem == launch.dynamic_smem else None)
+        out[name] = launch
+    return out
 
 
 def _validate_execution_args(obj: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -559,7 +684,8 @@ class CuteAdapter:
     def resources(self) -> list[dict[str, Any]]:
         """The dry run's resource rows: each kernel compiled for a launch intercepted since the last call.
 
-        Registers, stack, shared memory, block size and occupancy (metakernel.dsl.resources).
+        Registers, stack, shared memory, block size and occupancy (metakernel.dsl.resources), with each
+        launch's grid, block and dynamic shared memory as far as the host side shows them on the CPU.
         """
         return _STATE.resources.take()
 

@@ -1,4 +1,4 @@
-"""What each compiled kernel asks of an H200 SM, read from the sm_90a cubin the DSL built on the CPU.
+"""What each compiled kernel asks of an H200 SM (from the sm_90a cubin the DSL built on the CPU) and its launches.
 
 The free check compiles for sm_90a without a GPU; the cubin already says what the GPU will give each block:
 registers per thread, the local-memory stack frame (register spills or local arrays), static shared memory and,
@@ -8,19 +8,25 @@ A choice such as 1024 threads per block or a 64 KB tile is then a number before 
 Parsed straight from the ELF (no CUDA tool needed): `.text.<kernel>` carries the register count in the top byte of
 its section header's `sh_info`, `.nv.shared.<kernel>` is the static shared memory, and the `.nv.info` attribute
 records carry the frame size (EIATTR_FRAME_SIZE) and the fixed block size (EIATTR_REQNTID / EIATTR_MAX_THREADS).
-Dynamic shared memory is set at launch (CuTe's SmemAllocator sizes it from the kernel's allocations), so it is not
-in the cubin: the occupancy shown counts registers, threads and static shared memory, and says so.
+
+The grid, the block and the dynamic shared memory are not in the cubin: the host code passes them at each launch
+(CuTe's SmemAllocator sizes the dynamic part from the kernel's allocations, TIRx from its `shared.dyn` buffer). The
+adapters read them from the host side of the intercepted launch (`Launch`: CuTe's lowered host code, TIRx's host
+function evaluated on the call's arguments), so occupancy counts dynamic shared memory and the table shows the
+grid and the waves it makes on 132 SMs, a kernel's first question after "does it fit". Whatever the host computes
+only at run time stays None, and the table says it is not counted.
 """
 
 from __future__ import annotations
 
 import re
 import struct
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-#: sm_90 (H100/H200) per-SM limits, CUDA C Programming Guide, compute capability 9.0.
-SM90 = {"regs": 65536, "warps": 64, "blocks": 32, "smem": 233472, "smem_reserved": 1024, "reg_unit": 256}
+#: sm_90 (H100/H200) per-SM limits, CUDA C Programming Guide, compute capability 9.0; the H200 has 132 SMs.
+SM90 = {"regs": 65536, "warps": 64, "blocks": 32, "smem": 233472, "smem_reserved": 1024, "reg_unit": 256,
+        "sms": 132}
 
 _EIATTR_REQNTID, _EIATTR_MAX_THREADS, _EIATTR_FRAME_SIZE, _EIATTR_REGCOUNT = 0x10, 0x05, 0x11, 0x2F
 
@@ -35,8 +41,13 @@ class KernelResources:
     static_smem: int
     threads: int | None  # the block size the kernel was compiled for, where it fixed one
     blocks_per_sm: int | None = None
-    occupancy: float | None = None  # resident warps / 64, from registers, threads and static shared memory
+    occupancy: float | None = None  # resident warps / 64, from registers, threads and shared memory
     limited_by: str | None = None
+    # the launch (None: not intercepted, or computed by the host only at run time)
+    grid: list[int] | None = None
+    block: list[int] | None = None
+    dynamic_smem: int | None = None
+    waves: float | None = None  # blocks in the grid / (blocks_per_sm x 132 SMs)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON form (what the child sends and the report keeps)."""
@@ -147,45 +158,85 @@ def parse_cubin(data: bytes) -> list[KernelResources]:
         return []
 
 
+@dataclass(frozen=True)
+class Launch:
+    """How the host launched one kernel, as far as it is known without running it (None: set only at run time)."""
+
+    grid: tuple[int, int, int] | None = None
+    block: tuple[int, int, int] | None = None
+    dynamic_smem: int | None = None
+
+
 class ResourceLog:
-    """One adapter's parsed cubins by key, and which of them the launches since the last `take` used."""
+    """One adapter's parsed cubins by key, and which of them the launches since the last `take` used, how."""
 
     def __init__(self) -> None:
         self.kernels: dict[str, list[KernelResources]] = {}
-        self.used: list[str] = []
+        self.used: list[tuple[str, tuple[tuple[str, Launch], ...]]] = []
 
     def add(self, key: str, cubin: bytes) -> None:
         """Parse a module's cubin once, under a key that names the module (a hash of its source or bytes)."""
         if key not in self.kernels:
             self.kernels[key] = parse_cubin(cubin)
 
-    def use(self, key: str) -> None:
-        """A launch of that module was intercepted."""
-        if key not in self.used:
-            self.used.append(key)
+    def use(self, key: str, launches: dict[str, Launch] | None = None) -> None:
+        """A launch of that module was intercepted; `launches`: its kernels' launch configurations by symbol.
+
+        A module launched again with another configuration (another grid at another shape) is another row set.
+        """
+        entry = (key, tuple(sorted((launches or {}).items())))
+        if entry not in self.used:
+            self.used.append(entry)
 
     def take(self) -> list[dict[str, Any]]:
         """Rows of the modules used since the last call (the dry run's table for one request)."""
-        rows = [k.as_dict() for key in self.used for k in self.kernels.get(key, [])]
+        rows: list[dict[str, Any]] = []
+        for key, launches in self.used:
+            by_name = dict(launches)
+            for k in self.kernels.get(key, []):
+                row = with_launch(k, by_name.get(k.name)).as_dict()
+                if row not in rows:
+                    rows.append(row)
         self.used = []
         return rows
 
 
-def occupancy(k: KernelResources, limits: dict[str, int] = SM90) -> KernelResources:
-    """Blocks per SM and occupancy from registers, threads and static shared memory (dynamic smem not known)."""
-    if not k.threads:
+def with_launch(k: KernelResources, launch: Launch | None) -> KernelResources:
+    """A copy of the cubin's row with the launch's grid, block and dynamic shared memory, occupancy recomputed."""
+    if launch is None:
         return k
-    warps = -(-k.threads // 32)
+    return occupancy(replace(k, grid=list(launch.grid) if launch.grid else None,
+                             block=list(launch.block) if launch.block else None,
+                             dynamic_smem=launch.dynamic_smem))
+
+
+def _product(dims: list[int]) -> int:
+    out = 1
+    for d in dims:
+        out *= max(int(d), 1)
+    return out
+
+
+def occupancy(k: KernelResources, limits: dict[str, int] = SM90) -> KernelResources:
+    """Blocks per SM and occupancy from registers, threads and shared memory, static plus the launch's dynamic part.
+
+    The block size is the cubin's where the kernel fixed one (the launch must match it), else the launch's.
+    """
+    threads = k.threads or (_product(k.block) if k.block else None)
+    if not threads:
+        return k
+    warps = -(-threads // 32)
     regs_per_warp = -(-max(k.registers, 1) * 32 // limits["reg_unit"]) * limits["reg_unit"]
     bounds = {
         "registers": (limits["regs"] // regs_per_warp) // warps,
         "threads": limits["warps"] // warps,
         "blocks": limits["blocks"],
-        "shared memory": limits["smem"] // (k.static_smem + limits["smem_reserved"]),
+        "shared memory": limits["smem"] // (k.static_smem + (k.dynamic_smem or 0) + limits["smem_reserved"]),
     }
     k.limited_by = min(bounds, key=lambda b: bounds[b])
     k.blocks_per_sm = bounds[k.limited_by]
     k.occupancy = k.blocks_per_sm * warps / limits["warps"]
+    k.waves = _product(k.grid) / (k.blocks_per_sm * limits["sms"]) if k.grid and k.blocks_per_sm else None
     return k
 
 
@@ -195,23 +246,43 @@ def _short(name: str) -> str:
     return match.group(1) if match else name
 
 
+def _dims(dims: list[int] | None) -> str:
+    return "x".join(str(d) for d in dims) if dims else "?"
+
+
+def _waves(waves: float | None) -> str:
+    return "?" if waves is None else f"{waves:.2f}" if waves < 10 else f"{waves:.0f}"
+
+
 def table(rows: list[dict[str, Any]], width: int = 40) -> str:
-    """A compact text table for the agent's check text (one line per kernel)."""
+    """A compact text table for the agent's check text (one line per kernel launch)."""
     if not rows:
         return ""
-    lines = ["kernel resources (sm_90a cubin; dynamic shared memory is set at launch and not counted):",
-             f"  {'kernel':{width}s} {'regs':>4s} {'stack B':>7s} {'smem B':>7s} {'threads':>7s} {'blocks/SM':>9s}"
-             f" {'occupancy':>9s}  limited by"]
-    for r in rows:
-        name = _short(r["name"])
-        name = name if len(name) <= width else name[:width - 3] + "..."
+    names = [_short(r["name"]) for r in rows]
+    names = [n if len(n) <= width else n[:width - 3] + "..." for n in names]
+    width = max(6, *(len(n) for n in names))
+    dyn_known = all(r.get("dynamic_smem") is not None for r in rows)
+    unknown = "" if dyn_known and all(r.get("grid") for r in rows) else \
+        ", ? = set only at run time" + ("" if dyn_known else ", a ? dyn B not counted")
+    head = (f"kernel resources (sm_90a cubin; grid, block and dynamic shared memory as launched{unknown}; "
+            "H200: 132 SMs):")
+    lines = [head,
+             f"  {'kernel':{width}s} {'regs':>4s} {'stack B':>7s} {'smem B':>7s} {'dyn B':>7s} {'threads':>7s}"
+             f" {'grid':>14s} {'blocks/SM':>9s} {'occupancy':>9s} {'waves':>6s}  limited by"]
+    for name, r in zip(names, rows, strict=True):
         occ = f"{100 * r['occupancy']:.0f} %" if r.get("occupancy") is not None else "?"
+        dyn = r.get("dynamic_smem")
+        threads = r["threads"] or (_dims(r["block"]) if r.get("block") else "?")
         lines.append(f"  {name:{width}s} {r['registers']:>4d} {r['stack_bytes']:>7d} {r['static_smem']:>7d} "
-                     f"{r['threads'] or '?':>7} {r.get('blocks_per_sm') or '?':>9} {occ:>9s}  "
-                     f"{r.get('limited_by') or 'block size not fixed at compile time'}")
+                     f"{'?' if dyn is None else dyn:>7} {threads:>7} {_dims(r.get('grid')):>14s} "
+                     f"{r.get('blocks_per_sm') or '?':>9} {occ:>9s} {_waves(r.get('waves')):>6s}  "
+                     f"{r.get('limited_by') or 'block size not fixed at compile time nor known from the launch'}")
     if any(r["stack_bytes"] for r in rows):
         lines.append("  stack B > 0: local memory per thread (register spills or local arrays), slow on the GPU")
+    if any(r.get("waves") is not None and r["waves"] < 1 for r in rows):
+        lines.append("  waves < 1: fewer blocks than the 132 SMs hold at once, part of the GPU idles")
     return "\n".join(lines)
 
 
-__all__ = ["KernelResources", "ResourceLog", "from_cubin", "occupancy", "parse_cubin", "table"]
+__all__ = ["KernelResources", "Launch", "ResourceLog", "from_cubin", "occupancy", "parse_cubin", "table",
+           "with_launch"]

@@ -23,6 +23,10 @@ module, so device-compiler errors surface in the dry run although nothing is lau
 Kernel names: the device symbols are read from the CUDA source of the module's imported device modules
 (`extern "C" __global__ void ... name(`, or `.entry name` in PTX) and added to `gate.kernel_names` on every gated
 call. TIRx emits them unmangled, so they equal the profiler's kernel names.
+
+Launch configurations (the dry run's resource table): `tvm.tirx.build` (what `tvm.compile` calls) is wrapped too,
+only to keep each lowered module's launch expressions (grid, block, dynamic shared memory) by CUDA source; an
+intercepted call evaluates them on its arguments. See "launch configurations" below.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from metakernel.dsl.base import LaunchGate
-from metakernel.dsl.resources import ResourceLog
+from metakernel.dsl.resources import Launch, ResourceLog
 from metakernel.paths import guides_dir
 
 # docs/ is not package data: the guide is read from the checkout (or METAKERNEL_GUIDES_DIR).
@@ -63,6 +67,10 @@ class _HookState:
         self.orig_time_evaluator: Any = None
         self.device_checked: dict[str, BaseException | None] = {}
         self.resources = ResourceLog()  # cubins by source hash, for the dry run's resource table
+        self.orig_build: Any = None
+        self.orig_split: Any = None
+        self.lowered: list[Any] = []  # the lowered IRModule of each build in progress (innermost last)
+        self.launch_plans: dict[str, dict[str, list[_PlannedLaunch]]] = {}  # CUDA source hash -> host fn -> ...
 
 
 _STATE = _HookState()
@@ -131,10 +139,11 @@ def kernel_names_of(mod: Any) -> frozenset[str]:
     return names
 
 
-def _device_compile_check(mod: Any) -> None:
+def _device_compile_check(mod: Any, name: str = "", args: tuple[Any, ...] = ()) -> None:
     """In a dry run: compile the module's CUDA source offline once, so device-compiler errors are raised.
 
-    Skipped when METAKERNEL_TIRX_DEVICE_COMPILE is "0" or TVM_CUDA_COMPILE_MODE names no usable compiler.
+    Skipped when METAKERNEL_TIRX_DEVICE_COMPILE is "0" or TVM_CUDA_COMPILE_MODE names no usable compiler. The
+    resource table gets the cubin and the launch that host function `name` would make with `args`.
     """
     if os.environ.get("METAKERNEL_TIRX_DEVICE_COMPILE", "1") == "0":
         return
@@ -158,7 +167,7 @@ def _device_compile_check(mod: Any) -> None:
             except Exception as e:  # noqa: BLE001
                 err = e
             _STATE.device_checked[key] = err
-        _STATE.resources.use(key)
+        _STATE.resources.use(key, _launches(src, name, args))
         cached = _STATE.device_checked[key]
         if cached is not None:
             text = str(cached).replace(src, f"[generated CUDA source, {src.count(chr(10)) + 1} lines, omitted]\n")
@@ -190,7 +199,7 @@ class GatedFunction:
             finally:
                 gate.after_launch()
         if gate.mode == "intercept":
-            _device_compile_check(self._module)
+            _device_compile_check(self._module, self._name, args)
         return None
 
     def __getattr__(self, item: str) -> Any:
@@ -198,6 +207,165 @@ class GatedFunction:
 
     def __repr__(self) -> str:
         return f"GatedFunction({self._name!r})"
+
+
+# --------------------------------------------------------------------------- launch configurations
+# The grid, block and dynamic shared memory of a TIRx launch are expressions of the host function (`M`, a shape
+# of an argument, in `ceildiv(M, 128)`), evaluated by its compiled code at each call: not in the cubin, not in the
+# CUDA source. They are in the lowered IRModule, as the trailing arguments of each `call_ffi_kernel` (one per
+# `launch_params` tag: blockIdx.*, threadIdx.*, tirx.use_dyn_shared_memory). So `tvm.tirx.build` is wrapped to
+# keep them per CUDA source, with the variables of the function's parameters (a buffer's shape, a scalar) they
+# may use; an intercepted call then binds those to its arguments and simplifies each expression to a number.
+
+
+class _PlannedLaunch:
+    """One `call_ffi_kernel` of a host function: the kernel, its launch expressions, and what binds them."""
+
+    __slots__ = ("kernel", "tags", "exprs", "params", "lets")
+
+    def __init__(self, kernel: str, tags: list[str], exprs: list[Any], params: list[tuple[Any, int, int | None]],
+                 lets: list[tuple[Any, Any]]) -> None:
+        self.kernel, self.tags, self.exprs, self.params, self.lets = kernel, tags, exprs, params, lets
+
+
+def _ir_nodes(node: Any) -> Any:
+    """Statements and calls under `node` (TIR has no Python visitor here: fields by ffi reflection), in order."""
+    import tvm
+    import tvm_ffi
+
+    stack = [node]
+    while stack:
+        obj = stack.pop()
+        if isinstance(obj, (list, tuple, tvm_ffi.Array)):
+            stack.extend(reversed(list(obj)))
+            continue
+        if not isinstance(obj, (tvm.tirx.Stmt, tvm.ir.Call)):
+            continue
+        yield obj
+        fields: list[str] = []
+        info = getattr(type(obj), "__tvm_ffi_type_info__", None)
+        while info is not None:
+            fields[:0] = [f.name for f in info.fields if f.name != "span"]
+            info = info.parent_type_info
+        stack.extend(reversed([getattr(obj, f, None) for f in fields]))
+
+
+def _param_vars(func: Any) -> list[tuple[Any, int, int | None]]:
+    """(variable, argument index, shape axis or None for a scalar) for the parameters of a TIRx PrimFunc."""
+    import tvm
+
+    out: list[tuple[Any, int, int | None]] = []
+    for i, param in enumerate(func.params):  # every parameter is a Var: a buffer is one of BufferType
+        if isinstance(param.ty, tvm.ir.PrimType):
+            if "int" in str(param.ty.dtype):
+                out.append((param, i, None))
+        else:
+            out.extend((d, i, j) for j, d in enumerate(param.shape)
+                       if isinstance(d, tvm.tirx.Var) and isinstance(d.ty, tvm.ir.PrimType))
+    return out
+
+
+def _plan(source: Any, lowered: Any) -> dict[str, list[_PlannedLaunch]]:
+    """Per host function of the lowered module: its kernel launches, bound to the source function's parameters."""
+    import tvm
+
+    sources = {source.attrs["global_symbol"] if source.attrs and "global_symbol" in source.attrs else "main":
+               source} if isinstance(source, tvm.tirx.PrimFunc) else {
+        gv.name_hint: f for gv, f in source.functions.items() if isinstance(f, tvm.tirx.PrimFunc)}
+    out: dict[str, list[_PlannedLaunch]] = {}
+    for gv, func in lowered.functions.items():
+        if not isinstance(func, tvm.tirx.PrimFunc) or (func.attrs and "tirx.is_global_func" in func.attrs):
+            continue
+        src = sources.get(gv.name_hint) or (next(iter(sources.values())) if len(sources) == 1 else None)
+        params = _param_vars(src) if src is not None else []
+        lets: list[tuple[Any, Any]] = []
+        launches = []
+        for node in _ir_nodes(func.body):
+            if isinstance(node, (tvm.tirx.Bind, tvm.tirx.LetStmt)):
+                lets.append((node.var, node.value))
+            elif isinstance(node, tvm.ir.Call) and getattr(node.op, "name", "") == "tirx.call_ffi_kernel":
+                tags = [str(t) for t in node.attrs.launch_params]
+                exprs = list(node.args)[len(node.args) - len(tags):]
+                launches.append(_PlannedLaunch(str(node.args[0].value), tags, exprs, params, list(lets)))
+        if launches:
+            out[gv.name_hint] = launches
+    return out
+
+
+def _evaluate(launch: _PlannedLaunch, args: tuple[Any, ...]) -> Launch:
+    """The launch's numbers for these call arguments (None where an expression does not reduce to a constant)."""
+    import tvm
+    from tvm.sym import Analyzer
+
+    analyzer = Analyzer()
+    bound = []
+    for var, i, axis in launch.params:
+        try:
+            value = int(args[i] if axis is None else args[i].shape[axis])
+        except Exception:  # noqa: BLE001 - an argument of another kind: that variable stays unknown
+            continue
+        analyzer.bind(var, tvm.tirx.IntImm(str(var.ty.dtype), value))
+        bound.append(var)
+    for var, value in launch.lets:
+        if not any(var.same_as(b) for b in bound):
+            try:
+                analyzer.bind(var, value)
+            except Exception:  # noqa: BLE001
+                pass
+    values: dict[str, int] = {}
+    for tag, expr in zip(launch.tags, launch.exprs, strict=True):
+        try:
+            out = analyzer.simplify(expr)
+        except Exception:  # noqa: BLE001
+            continue
+        if isinstance(out, tvm.tirx.IntImm):
+            values[tag] = int(out.value)
+    tags = set(launch.tags)
+
+    def dims(kind: str) -> tuple[int, int, int] | None:
+        axes = [values.get(f"{kind}.{a}", None if f"{kind}.{a}" in tags else 1) for a in "xyz"]
+        return None if None in axes else tuple(axes)  # type: ignore[return-value]
+
+    dyn = "tirx.use_dyn_shared_memory"
+    return Launch(dims("blockIdx"), dims("threadIdx"), values.get(dyn) if dyn in tags else 0)
+
+
+def _launches(src: str, name: str, args: tuple[Any, ...]) -> dict[str, Launch]:
+    """The launches host function `name` of the module compiled to CUDA `src` makes with `args` (kernel -> launch)."""
+    plans = _STATE.launch_plans.get(hashlib.sha256(src.encode()).hexdigest(), {})
+    plan = plans.get(name) or (next(iter(plans.values())) if len(plans) == 1 else [])
+    out: dict[str, Launch] = {}
+    for launch in plan:
+        try:
+            out[launch.kernel] = _evaluate(launch, args)
+        except Exception:  # noqa: BLE001 - only the launch columns are lost
+            pass
+    return out
+
+
+def _planning_build(mod: Any, *args: Any, **kwargs: Any) -> Any:
+    """`tvm.tirx.build` that also files the lowered module's launch expressions under its CUDA source."""
+    _STATE.lowered.append(None)
+    try:
+        built = _STATE.orig_build(mod, *args, **kwargs)
+        lowered = _STATE.lowered[-1]
+    finally:
+        _STATE.lowered.pop()
+    if lowered is not None:
+        try:
+            plan = _plan(mod, lowered)
+            for src in _cuda_sources(built):
+                _STATE.launch_plans[hashlib.sha256(src.encode()).hexdigest()] = plan
+        except Exception:  # noqa: BLE001 - an unexpected IR only loses the launch columns, never the build
+            pass
+    return built
+
+
+def _keeping_split(mod: Any) -> Any:
+    """`split_host_device_mods`, the one point where the whole lowered module (host and device) passes."""
+    if _STATE.lowered:
+        _STATE.lowered[-1] = mod
+    return _STATE.orig_split(mod)
 
 
 def _gated_module_get_function(mod: Any, name: str, query_imports: bool) -> Any:
@@ -528,6 +696,12 @@ class TirxAdapter:
         ffi_api.ModuleGetFunction = _gated_module_get_function
         _STATE.orig_time_evaluator = tvm_module.Module.time_evaluator
         tvm_module.Module.time_evaluator = _gated_time_evaluator  # type: ignore[method-assign]
+        import tvm.tirx
+
+        build_module: Any = sys.modules["tvm.tirx.build"]  # the attribute `tvm.tirx.build` is the function
+        _STATE.orig_build, _STATE.orig_split = tvm.tirx.build, build_module.split_host_device_mods
+        tvm.tirx.build = _planning_build
+        build_module.split_host_device_mods = _keeping_split
         _STATE.installed = True
 
     def clean_error(self, text: str) -> str:
@@ -537,7 +711,8 @@ class TirxAdapter:
     def resources(self) -> list[dict[str, Any]]:
         """The dry run's resource rows: each kernel compiled for a launch intercepted since the last call.
 
-        Registers, stack, shared memory, block size and occupancy (metakernel.dsl.resources).
+        Registers, stack, shared memory, block size and occupancy (metakernel.dsl.resources), with each
+        launch's grid, block and dynamic shared memory as far as the host side shows them on the CPU.
         """
         return _STATE.resources.take()
 
