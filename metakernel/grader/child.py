@@ -344,6 +344,9 @@ class Bound:
         self.empty = torch._C._VariableFunctions.empty
         self.randn = torch._C._VariableFunctions.randn
         self.randperm = torch._C._VariableFunctions.randperm
+        self.randint = torch._C._VariableFunctions.randint
+        self.bitwise_xor_ = base.bitwise_xor_
+        self.Generator = torch._C.Generator
         self.uint8 = torch.uint8
         self.no_grad = torch.no_grad
         self.function_mode = torch._C._is_torch_function_mode_enabled
@@ -559,21 +562,17 @@ class Child:
         reply["steps_s"] = {name: at - marks[i][1] for i, (name, at) in enumerate(marks[1:])}
         return reply, out_blobs
 
-    def next_draw(self, j: int) -> list[Any]:
-        """Draw j of the current row, asked for now that call j-1 has returned (`Worker.exchange` says why).
-
-        The child polls for the parent's answer instead of blocking: the wait is one copy long, and a core that
-        slept finds the next call cold (docs/timing.md).
-        """
-        transport.send(self.conn, {"op": "next", "j": j})
-        deadline = _perf() + 120.0
-        while not self.conn.poll(0):
-            if _perf() > deadline:
-                raise _Fail("infra_error", f"the grader did not send draw {j + 1} of the row", "protocol")
-        got = transport.receive(self.conn)
-        if got is None or got[0].get("op") != "go":
-            raise _Fail("infra_error", "the grader sent something other than the next draw of the row", "protocol")
-        return self.inputs(got[0]["draw"], got[1])
+    def unmask(self, mask: Any) -> None:
+        """Undo the parent's mask of one draw (`Worker.place`), right before its call and outside the bracket."""
+        if not mask or self.arena_in is None:
+            return
+        start, end, key = (int(v) for v in mask)
+        if not 0 <= start < end <= self.arena_in.numel():
+            raise _Fail("infra_error", "a masked draw lies outside the input arena", "protocol")
+        b = self.b
+        b.bitwise_xor_(self.arena_in[start:end], transport.mask_stream(end - start, key, self.device,
+                                                                      b.randint, b.Generator))
+        b.sync()
 
     def _protect(self, draws: list[list[Any]]) -> None:
         """The launch gate leaves the inputs' storage alone (randomise mode)."""
@@ -588,14 +587,15 @@ class Child:
         checks for several ms) finds the host cold: on the H200 one call per request read 205 us (28 CuTe) and 250
         us (28 TIRx) where rows of three read 165 and 192 (validation/h200-overhead-study3.json); on the CPU
         machine a 2-5 ms pause before a 20 us call makes it 3-15x slower whether the pause sleeps or spins. Calls
-        in a row keep the host in the state the kernel runs in when used. Each draw arrives only after the call
-        before it returned (`next_draw`), so no call can reach a later one.
+        in a row keep the host in the state the kernel runs in when used. Every draw after the first arrives
+        masked (`Worker.place`) and is unmasked right before its own call, so no call can read a later one.
         """
         self._check_clean()
         self._set_mode("run")
         steps = {"enter": _perf()}
-        count = max(1, int(msg.get("count", 1)))
-        draws = [self.inputs(msg["draw"], blobs)]
+        draws = [self.inputs(d, blobs) for d in msg["draws"]]
+        masks = list(msg.get("masks") or [])
+        count = len(draws)
         self._protect(draws)
         nbytes, pattern = int(msg.get("poison", 0)), int(msg.get("pattern", 0xFF))
         if nbytes > 0:  # every call's outputs land in filled memory: k blocks held at once, then all freed
@@ -619,10 +619,9 @@ class Child:
         outs: list[Any] = []
         probe_before = host_probe()
         for j in range(count):
-            if j:
+            if j < len(masks) and masks[j]:
                 started = _perf()
-                draws.append(self.next_draw(j))
-                self._protect(draws)
+                self.unmask(masks[j])
                 waited += _perf() - started
             if flush:
                 scratch = self.b.empty((256 * 1024 * 1024,), dtype=self.b.uint8, device="cuda")
@@ -642,7 +641,7 @@ class Child:
                                  "launches": sum(launches) / count if self.gate else None,
                                  "units": sorted(self.gate.units) if self.gate else [],
                                  "probe_s": max(probe_before, probe_after), "probe_before_s": probe_before,
-                                 "probe_after_s": probe_after, "window_events": window_events, "await_s": waited}
+                                 "probe_after_s": probe_after, "window_events": window_events, "unmask_s": waited}
         steps["bracket_probes"] = _perf()
         out_blobs: list[bytes] = []
         reply["outs"] = [self.export_outputs(out, slot, out_blobs) for slot, out in enumerate(outs)]
@@ -718,17 +717,17 @@ class Child:
         prepare, enable, disable, config_cls, state, activity, experimental = self.b.prof
         acts = {activity.CPU} | ({activity.CUDA} if self.device == "cuda" else set())
         cfg = config_cls(state.KINETO, False, False, False, False, False, experimental(), "")
-        count = max(1, int(msg.get("count", 1)))
-        draws = [self.inputs(msg["draw"], blobs)]
+        draws = [self.inputs(d, blobs) for d in msg["draws"]]
+        masks = list(msg.get("masks") or [])
+        count = len(draws)
         self._protect(draws)
         outs: list[Any] = []
         out_blobs: list[bytes] = []
         kernels: list[tuple[str, float]] = []
         launches: list[int] = []
         for slot in range(count):
-            if slot:
-                draws.append(self.next_draw(slot))
-                self._protect(draws)
+            if slot < len(masks):
+                self.unmask(masks[slot])
             # Only the call is profiled: the poison fill before it and the copy of its outputs after it are the
             # harness's own kernels and stay outside the profiler's window.
             self.poison(int(msg.get("poison", 0)), int(msg.get("pattern", 0xFF)))

@@ -9,9 +9,9 @@ SCHEMA = "metakernel.grade/2"
 #: The grading protocol (docs/design.md sections 3-4): 2 = sandboxed child, every call checked at random after it
 #: returned, dependency ablation, the DSL's kernels at least 50 % of GPU time, foreign kernels refused; 3 = each
 #: timing sample the mean of a request's calls made back to back (grader.child.Child.timed); 4 = the correctness,
-#: timing and profile phases all send rows of `timing.ROW` draws, each draw delivered after the call before it
-#: returned (grader.worker.Worker.exchange), every call of a row required to launch the DSL, timed calls to run
-#: only the units checked calls ran.
+#: timing and profile phases all send rows of `timing.ROW` draws, every draw after the first masked until its own
+#: call (grader.worker.Worker.place), every call of a row required to launch the DSL, timed calls to run only the
+#: DSL functions checked calls ran.
 PROTOCOL = 4
 STATUSES = ("passed", "wrong", "compile_error", "runtime_error", "timeout", "rule_violation", "infra_error")
 

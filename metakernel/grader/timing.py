@@ -42,9 +42,9 @@ def fresh_draw(problem: Problem, device: str, scale: str) -> list[Any]:
 
 #: Draws per request in the correctness, timing and profile phases (`row_size` caps it for very large problems).
 #: Every request of those phases has this shape, so a `solve` cannot tell a timed call from a checked or profiled
-#: one by how many draws its request holds (docs/integrity.md hole 10). The draws of a row are delivered one at a
-#: time, each after the call before it returned (`Worker.exchange`), and called back to back: a call made after
-#: the child waited for the parent finds the host cold (docs/timing.md), so a timing sample is the mean of a row.
+#: one by how many draws its request holds (docs/integrity.md hole 10). The draws of a row are placed together,
+#: every one after the first masked until its own call (`Worker.place`), and called back to back: a call made
+#: after the child waited for the parent finds the host cold (docs/timing.md), so a timing sample is a row's mean.
 #: With 4, the 24 profiled draws give 6 request means (the spread estimate 5 degrees of freedom): two requests of
 #: 6 draws let one grading of problem 01 (TIRx) stop at an estimate of 0.24 % where 48 draws measure 0.66 %
 #: (validation/h200-grader-bench-gpuonly2.json).

@@ -260,6 +260,20 @@ def place(values: list[Any], arena: Any, start: int = 0) -> tuple[list[Any], lis
     return placed, specs, at
 
 
+def mask_stream(nbytes: int, key: int, device: str, randint: Any = None, generator: Any = None) -> Any:
+    """`nbytes` uint8 of a keyed Philox stream: the same in the parent and the child for the same key and GPU.
+
+    The parent XORs a row's later draws with it in the arena and the child XORs them back right before each one's
+    call, so while a call runs the draws after it are noise to it (docs/integrity.md hole 9). The child passes
+    the torch functions it bound before the candidate's import.
+    """
+    import torch
+
+    g = (generator or torch.Generator)(device=device)
+    g.manual_seed(int(key))
+    return (randint or torch.randint)(0, 256, (int(nbytes),), dtype=torch.uint8, device=device, generator=g)
+
+
 def draw_bytes(values: list[Any]) -> int:
     """Arena bytes one draw of these values needs."""
     return sum(aligned(extent_bytes(v)) for v in values if hasattr(v, "is_cuda") and v.is_cuda)

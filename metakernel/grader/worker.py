@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -192,64 +193,60 @@ class Worker:
         return data[-limit:].decode("utf-8", errors="replace")
 
     # ------------------------------------------------------------------------------------------ tensors
-    def deliver(self, slot: int, values: list[Any]) -> tuple[list[Any], list[Any], list[bytes]]:
-        """Put one draw where the child reads it: (the views it will see, their specs, blobs).
+    def place(self, draws: list[list[Any]]) -> tuple[list[list[Any]], list[list[Any]], list[bytes], list[Any]]:
+        """Put a request's draws where the child reads them: (views it will see, specs, blobs, masks).
 
-        GPU: copied into input slot `slot` (the views are the arena's, so in-place updates are visible here) and
-        synchronised before the child is told. CPU: by value.
+        GPU: copies into the input arena, one slot per draw (the views are the arena's, so in-place updates are
+        visible here); every draw after the first is XORed with its own keyed stream (`transport.mask_stream`), and
+        `masks[k]` = [start, end, key] tells the child how to undo it right before call k. CPU: by value, unmasked
+        (CPU runs are the free check and CI).
         """
+        views: list[list[Any]] = []
+        specs: list[list[Any]] = []
         blobs: list[bytes] = []
-        if self.device != "cuda":
-            copies = [v.clone() if hasattr(v, "clone") else v for v in values]
-            return copies, [transport.pack_value(v, blobs) for v in copies], blobs
-        if slot >= self.slots:
-            raise RuntimeError("more draws than arena slots")
-        placed, spec, _ = transport.place(values, self.arena_in, slot * self.in_slot)
-        import torch
+        masks: list[Any] = []
+        for slot, values in enumerate(draws):
+            if self.device == "cuda":
+                if slot >= self.slots:
+                    raise RuntimeError("more draws than arena slots")
+                start = slot * self.in_slot
+                placed, spec, end = transport.place(values, self.arena_in, start)
+                views.append(placed)
+                specs.append(spec)
+                if slot and end > start:
+                    key = secrets.randbits(63)
+                    self.arena_in[start:end].bitwise_xor_(transport.mask_stream(end - start, key, "cuda"))
+                    masks.append([start, end, key])
+                else:
+                    masks.append(None)
+            else:
+                copies = [v.clone() if hasattr(v, "clone") else v for v in values]
+                views.append(copies)
+                specs.append([transport.pack_value(v, blobs) for v in copies])
+                masks.append(None)
+        if self.device == "cuda":
+            import torch
 
-        torch.cuda.synchronize()
-        return placed, spec, blobs
+            torch.cuda.synchronize()
+        return views, specs, blobs, masks
 
     def exchange(self, msg: dict[str, Any], draws: list[list[Any]], timeout: float
                  ) -> tuple[dict[str, Any], list[list[Any]]]:
-        """One request over `draws`; the reply and each draw's inputs as the child saw them.
+        """Place `draws` and send `msg` with them (a "call" carries one draw as `inputs`, a row "draws").
 
-        A "call" carries its one draw as `inputs`. Any other request (a row: "row", "profile") carries only its
-        first draw and the count; the child asks for draw j once call j-1 has returned (`{"op": "next", "j": j}`)
-        and gets it in a `go` message. So no later draw of a row exists in the child's memory while an earlier one
-        is being computed: a `solve` cannot batch the row's draws (docs/integrity.md hole 9), and the parent's
-        only work between the calls of a row is one copy. After the reply the views hold the child's in-place
-        updates (the arena's views on the GPU; on a CPU the values the child sent back).
+        Returns the reply and the inputs as the child saw them: after the call they hold its in-place updates
+        (the arena's views on the GPU, unmasked by the child; on a CPU the values the child sent back).
         """
-        views, spec, blobs = self.deliver(0, draws[0])
-        body = {**msg, "inputs": spec} if msg["op"] == "call" else {**msg, "draw": spec, "count": len(draws)}
-        seen = [views]
-        started = time.perf_counter()
-        self._send(body, blobs)
-        while True:
-            reply = self._receive(timeout, phase=msg.get("op", "request"))
-            if reply.get("op") != "next":
-                break
-            j = reply.get("j")
-            if msg["op"] == "call" or j != len(seen) or len(seen) >= len(draws):
-                self.kill()
-                raise WorkerFailure("rule_violation", f"the candidate process asked for draw {j!r} out of turn "
-                                    "(the harness's request protocol was tampered with)", "protocol")
-            views, spec, blobs = self.deliver(len(seen), draws[len(seen)])
-            seen.append(views)
-            self._send({"op": "go", "draw": spec}, blobs)
-        reply["wall_s"] = time.perf_counter() - started
-        if reply.get("ok") and msg["op"] != "call" and len(seen) != len(draws):
-            self.kill()
-            raise WorkerFailure("rule_violation", f"the candidate process answered a row of {len(draws)} draws "
-                                f"after {len(seen)} (the harness's request protocol was tampered with)", "protocol")
+        views, specs, blobs, masks = self.place(draws)
+        body = {**msg, "inputs": specs[0]} if msg["op"] == "call" else {**msg, "draws": specs, "masks": masks}
+        reply = self.request(body, timeout=timeout, blobs=blobs)
         if reply.get("ok") and self.device == "cpu":
             for i, spec in enumerate(reply.get("inputs_after", [])):
-                seen[0][i] = transport.unpack_value(spec, reply["_blobs"])
+                views[0][i] = transport.unpack_value(spec, reply["_blobs"])
             for k, after in enumerate(reply.get("inputs_after_draws", [])):  # a row's draws
                 for i, spec in enumerate(after):
-                    seen[k][i] = transport.unpack_value(spec, reply["_blobs"])
-        return reply, seen
+                    views[k][i] = transport.unpack_value(spec, reply["_blobs"])
+        return reply, views
 
     def outputs(self, spec: dict[str, Any], blobs: list[bytes]) -> Any:
         """The returned structure of one call, its tensors as views of the output arena (GPU) or values (CPU).

@@ -20,13 +20,13 @@ so nothing extra runs there), 3 in timed requests after the first warm-up, 2 in 
 
 Every output is correct, the inputs are untouched, GPU-only time is unchanged, but a timed request's total holds
 one call's host overhead instead of four: a forged end-to-end speed-up. Passed at protocol 3 on the H200 (aa838d1:
-5.88x, where the gold CuTe kernel reads 5.34x). Since protocol 4 a row's later draws reach the child only after
-the call before them returned (docs/integrity.md hole 9), so the later slots still hold an earlier request's
-draws when the first call reads them: the precomputed answers belong to stale inputs and the later draws of the
-correctness phase's second row (every draw compared) mismatch.
+5.88x, where the gold CuTe kernel reads 5.34x). Since protocol 4 every draw after the first of a row is masked in
+the arena (XOR with a keyed stream) until the child unmasks it right before its own call (docs/integrity.md hole
+9), so what the first call precomputes belongs to noise; and a cache hit launches no CuTe kernel, which every call
+of a row must: the correctness phase's second row (its predecessor had four calls) ends the grading there.
 
 Category: row_batching
-Expected: wrong/mismatch
+Expected: rule_violation/no_dsl_launch
 """
 
 import cutlass
