@@ -47,3 +47,24 @@ def test_an_entry_graded_by_other_grader_code_is_graded_again(tmp_path, monkeypa
     run_gold_validation("25", device="cpu", as_json=True, report_path=report, resume=True, time_budget=0.5)
     again = json.loads(report.read_text())["solutions"][key]
     assert again["grader"] == grader_fingerprint() and again["graded_at"] != "old"
+
+
+def test_the_grader_fingerprint_ignores_docstrings_but_not_code(tmp_path):
+    """Correcting a grader docstring must not void the device validation; changing a line of code must."""
+    import shutil
+    from pathlib import Path
+
+    import metakernel
+    from metakernel.provenance import GRADER_CODE, grader_fingerprint
+
+    root = tmp_path / "metakernel"
+    source = Path(metakernel.__file__).parent
+    for part in GRADER_CODE:
+        (shutil.copytree if (source / part).is_dir() else shutil.copyfile)(source / part, root / part)
+    assert grader_fingerprint(root) == grader_fingerprint()
+    timing = root / "grader" / "timing.py"
+    text = timing.read_text()
+    timing.write_text(text.replace('"""The timing procedure', '"""The timing procedure, reworded,', 1))
+    assert timing.read_text() != text and grader_fingerprint(root) == grader_fingerprint()
+    timing.write_text(text.replace("ROW = 4", "ROW = 5", 1))
+    assert grader_fingerprint(root) != grader_fingerprint()

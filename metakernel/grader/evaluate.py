@@ -7,7 +7,7 @@ the answer, also transformed) → timing over fresh draws → profiler attributi
 time, no foreign kernels) → baselines → speedup and plausibility verdicts.
 
 Every call looks the same to the candidate: correctness, timed and profiled calls come in the same request, a row
-of `timing.ROW` draws each delivered after the call before it returned, with the same allocator treatment, and
+of `timing.ROW` draws, every one after the first masked until its own call, with the same allocator treatment, and
 each returns its outputs; which draws are compared is decided here after the reply (`Checker`; every draw in the
 correctness phase, at least a fifth of the others). Every call of a row must launch the DSL, and timed calls may
 run only the DSL functions checked calls ran.
