@@ -72,7 +72,7 @@ def _load(path: str | Path, name: str) -> Any:
 
 
 #: The grader's pieces a plain process can add one by one (`--layers`), to find where added time goes.
-LAYERS = ("gate", "guard", "arena", "ipc", "poison", "idle", "spin", "pin", "rows")
+LAYERS = ("gate", "guard", "arena", "ipc", "poison", "idle", "spin", "pin", "rows", "mask", "mask_poll")
 #: The "idle" layer: the child waits this long, blocked, for each request (the parent draws and checks meanwhile).
 IDLE_S = 0.005
 #: The layer sets the study runs per kernel (`--study`), between the plain runs A and B (the gate alone is known:
@@ -204,6 +204,10 @@ def plain_bracket(number: int | str, target: str, draws: int, device: str, layer
                 for block in blocks:
                     block.fill_(0xFF)
                 del blocks
+            masked = bool({"mask", "mask_poll"} & wanted)
+            if masked:  # as the parent masks a row's later draws (protocol 4); each is unmasked before its call
+                for k, inputs in enumerate(batch[1:], start=1):
+                    _xor_draw(inputs, i * group + k, device)
             if gate is not None:
                 gate.reset()
             if spin_buf is not None:
@@ -212,7 +216,9 @@ def plain_bracket(number: int | str, target: str, draws: int, device: str, layer
                     for _ in range(8):
                         spin_buf.mul_(1.0)
             total = 0.0
-            for inputs in batch:
+            for k, inputs in enumerate(batch):
+                if masked and k:  # the child's unmask: a sweep of the draw, then a blocking or a polling wait
+                    _xor_draw(inputs, i * group + k, device, wait="poll" if "mask_poll" in wanted else "sync")
                 sync()
                 window[0] = i >= WARMUP
                 t0 = time.perf_counter()
@@ -238,6 +244,32 @@ def plain_bracket(number: int | str, target: str, draws: int, device: str, layer
     if "guard" in wanted:
         row["audit_events_per_call"] = {k: v / (len(times) * group) for k, v in sorted(counts.items())}
     return row
+
+
+def _xor_draw(inputs: list[Any], key: int, device: str, wait: str = "") -> None:
+    """XOR every contiguous tensor of a draw with a keyed stream (`transport.mask_stream`): twice restores it.
+
+    The "mask" layers: the protocol-4 child unmasks each later draw of a row right before its call, so the plain
+    process does the same sweep there; `wait` "sync" ends it with a device-wide sync as the child does, "poll"
+    with a loop on an event (the thread keeps running), to tell the sweep's cache effect from the wait's.
+    """
+    import torch
+
+    from metakernel.grader.transport import mask_stream
+
+    for j, t in enumerate(inputs):
+        if isinstance(t, torch.Tensor) and t.numel() and t.is_contiguous():
+            flat = t.reshape(-1).view(torch.uint8)
+            flat.bitwise_xor_(mask_stream(flat.numel(), key * 64 + j, device))
+    if device != "cuda" or not wait:
+        return
+    if wait == "poll":
+        done = torch.cuda.Event()
+        done.record()
+        while not done.query():
+            pass
+    else:
+        torch.cuda.synchronize()
 
 
 #: The "ipc" layer's arena (made by the study's own process, as the grader's parent makes the child's).

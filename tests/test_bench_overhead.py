@@ -75,3 +75,25 @@ def test_study_patches_change_the_chunk_and_skip_phases_only_while_they_last():
         assert timing.row_size(64) == 16 and timing.row_size(3) == 3
         assert evaluate.Evaluation.ablation(object()) is None  # type: ignore[arg-type]
     assert timing.ROW == chunk and evaluate.Evaluation.ablation is ablation
+
+
+def test_the_mask_layer_unmasks_each_later_draw_before_its_call():
+    """`--layers rows,mask`: the plain twin of protocol 4's masked rows; values stay right (the reference's own
+    outputs are not checked here, so the layer's XOR pair is checked directly)."""
+    import torch
+
+    sys.path.insert(0, str(SCRIPTS))
+    from bench_overhead import _xor_draw
+
+    draw = [torch.randn(64, 32), torch.randint(0, 9, (17,)), 3]
+    before = [t.clone() if isinstance(t, torch.Tensor) else t for t in draw]
+    _xor_draw(draw, 5, "cpu")
+    assert not torch.equal(draw[0], before[0]) and not torch.equal(draw[1], before[1])
+    _xor_draw(draw, 5, "cpu")
+    assert torch.equal(draw[0], before[0]) and torch.equal(draw[1], before[1]) and draw[2] == 3
+    done = subprocess.run([sys.executable, str(SCRIPTS / "bench_overhead.py"), "--plain", "28", "eager",
+                           "--draws", "8", "--device", "cpu", "--layers", "rows,mask"],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    row = json.loads(done.stdout.strip().splitlines()[-1])
+    assert row["layers"] == ["mask", "rows"] and row["n"] >= 1 and row["median_us"] > 0
