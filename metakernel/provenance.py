@@ -80,11 +80,11 @@ GRADER_CODE = ("grader", "dsl", "compare.py", "expected.py", "structure.py", "pr
 
 
 def grader_fingerprint(root: Path | None = None) -> str:
-    """sha256 (16 hex digits) over the grader's code, file by file in a fixed order: names and syntax trees.
+    """sha256 (16 hex digits) over the grader's files in a fixed order: each name and its bytes minus docstrings.
 
-    A commit hash changes with every README edit; this changes only when grading can. Docstrings, comments and
-    layout are left out (the tree without docstrings), so correcting a grader docstring does not void the device
-    validation graded by the same code. `root`: another checkout's `metakernel` folder.
+    A commit hash changes with every README edit; this changes only when grading can. Docstrings are cut out
+    (`_code_only`), so correcting a grader docstring does not void the device validation graded by the same code;
+    comments and layout still count. `root`: another checkout's `metakernel` folder.
     """
     root = root or Path(__file__).resolve().parent
     digest = hashlib.sha256()
