@@ -88,6 +88,7 @@ def make_inputs(device="cuda", scale="full"):
     val, pos = torch.topk(r, topk, dim=-1)
     shuffle = torch.argsort(torch.rand(B, topk, device=device), dim=-1)
     val, pos = torch.gather(val, 1, shuffle), torch.gather(pos, 1, shuffle)
+    pos = torch.where(val >= 0, pos, torch.zeros_like(pos))       # padding picks (-1 below) may lie past ctx
     page = perm[first_page[:, None] + pos // PAGE]
     slots = page * PAGE + pos % PAGE
     indices = torch.where(val >= 0, slots, torch.full_like(slots, -1)).to(torch.int32)
