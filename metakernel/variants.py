@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from metakernel.grader.report import PROTOCOL
 from metakernel.problem import Problem
 
 
@@ -47,8 +48,9 @@ Correctness: outputs are compared with reference() on float64-upcast inputs on a
 on a secret random share of the timed and profiled calls, so every call must be right;
 a float output passes iff max|out - anchor| <= 3 * max(ref_err, eps(dtype) * max|anchor|), where ref_err is the
 error of reference() itself in the original dtypes. Integer outputs must be exact.{comparators}
-Score: end-to-end time of solve() against eager PyTorch (speedup = eager median / your median), only if correct
-(grading protocol 2)."""
+Score: end-to-end time of solve() against eager PyTorch (speedup = eager median / your median), only if correct.
+Timing calls solve in rows of fresh draws back to back, each call in its own bracket with a full device sync;
+a row's first call only warms the host, the median is over the later ones (grading protocol {protocol})."""
 
 
 def task_text(problem: Problem, dsl_key: str) -> str:
@@ -68,6 +70,6 @@ def task_text(problem: Problem, dsl_key: str) -> str:
         f"# Problem {problem.nn}: {problem.slug} ({dsl.name} variant)\n\n"
         f"{problem.title}\n\n"
         f"Write the kernel in {dsl.name} ({dsl.package}):\n```python\n{dsl.imports}\n```\n\n"
-        f"## Rules\n{_RULES.format(dsl=dsl.name, mutates=mutates, comparators=comparators)}\n\n"
+        f"## Rules\n{_RULES.format(dsl=dsl.name, mutates=mutates, comparators=comparators, protocol=PROTOCOL)}\n\n"
         f"## The problem file ({problem.path.parent.name}/{problem.path.name})\n```python\n{problem.source}```\n"
     )

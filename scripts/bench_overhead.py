@@ -175,12 +175,16 @@ def plain_bracket(number: int | str, target: str, draws: int, device: str, layer
         from metakernel.grader.child import _pin_near_gpu
 
         _pin_near_gpu(torch)
-    # "rows": as the grader's timed requests (protocol 3), timing.ROW draws made first, then called back to back;
-    # a sample is their mean
-    from metakernel.grader.timing import ROW
+    # "rows": as the grader's timed requests (protocols 3-5), timing.ROW draws made first, then called back to back;
+    # a sample is the mean of the calls after the first (protocol 5)
+    from metakernel.grader.child import host_probe
+    from metakernel.grader.timing import ROW, fast_level
 
     group = ROW if "rows" in wanted else 1
-    times: list[float] = []
+    times: list[float] = []  # per sample: as the grader (protocol 5), the mean of a row's calls after its first
+    firsts: list[float] = []  # each row's first call (the grader's warm-up, not scored)
+    every: list[float] = []  # each row's mean over all its calls (protocol 4's sample)
+    probes: list[float] = []  # the child's host-speed probe, the slower of before and after the row
     started = time.perf_counter()
     gc.disable()
     try:
@@ -215,7 +219,8 @@ def plain_bracket(number: int | str, target: str, draws: int, device: str, layer
                 while time.perf_counter() < until:
                     for _ in range(8):
                         spin_buf.mul_(1.0)
-            total = 0.0
+            each: list[float] = []
+            probe_before = host_probe()
             for k, inputs in enumerate(batch):
                 if masked and k:  # the child's unmask: a sweep of the draw, then a blocking or a polling wait
                     _xor_draw(inputs, i * group + k, device, wait="poll" if "mask_poll" in wanted else "sync")
@@ -225,22 +230,35 @@ def plain_bracket(number: int | str, target: str, draws: int, device: str, layer
                 with torch.no_grad():
                     out = fn(*inputs)
                 sync()
-                total += time.perf_counter() - t0
+                each.append(time.perf_counter() - t0)
                 window[0] = False
                 del out
+            probe = max(probe_before, host_probe())
             del batch, inputs
             gc.collect(0)
             if i >= WARMUP:
-                times.append(total / group)
+                timed = each[1:] or each
+                times.append(sum(timed) / len(timed))
+                firsts.append(each[0])
+                every.append(sum(each) / len(each))
+                probes.append(probe)
             if time.perf_counter() - started > PLAIN_CAP_S and len(times) >= 20:
                 break
     finally:
         gc.enable()
     row: dict[str, Any] = {"median_us": statistics.median(times) * 1e6, "n": len(times), "min_us": min(times) * 1e6}
+    # the grader's host-speed gate (timing.kept_indices at 0.15) applied to this process's own probes: whether the
+    # plain process meets the host's slow state as often as the child does
+    level = fast_level(probes)
+    fast = [t for t, p in zip(times, probes, strict=True) if p <= 1.15 * level]
+    row.update({"probe_fast_us": level * 1e6, "probe_median_us": statistics.median(probes) * 1e6,
+                "kept_share": len(fast) / len(times), "gated_median_us": statistics.median(fast) * 1e6})
     if wanted:
         row["layers"] = sorted(wanted)
     if group > 1:
-        row["calls_per_sample"] = group
+        row["calls_per_sample"] = group - 1
+        row["first_call_median_us"] = statistics.median(firsts) * 1e6
+        row["all_calls_median_us"] = statistics.median(every) * 1e6
     if "guard" in wanted:
         row["audit_events_per_call"] = {k: v / (len(times) * group) for k, v in sorted(counts.items())}
     return row

@@ -49,9 +49,9 @@ def test_a_plain_process_takes_the_graders_pieces_one_by_one():
 
 
 def test_the_rows_layer_times_draws_in_rows_as_the_grader_does():
-    """`--layers rows`: the plain twin of timing protocol 3 (ROW draws made first, called back to back,
-    a sample their mean), so a residual between the grader and the plain bracket can be split between the rows
-    and the child."""
+    """`--layers rows`: the plain twin of the grader's timed rows (ROW draws made first, called back to back, a
+    sample the mean of the calls after the first, as protocol 5 scores them), so a residual between the grader and
+    the plain bracket can be split between the rows and the child; the first calls and the host probe reported."""
     from metakernel.grader.timing import ROW
 
     done = subprocess.run([sys.executable, str(SCRIPTS / "bench_overhead.py"), "--plain", "28", "eager",
@@ -59,7 +59,9 @@ def test_the_rows_layer_times_draws_in_rows_as_the_grader_does():
                           capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     row = json.loads(done.stdout.strip().splitlines()[-1])
-    assert row["n"] == 5 and row["calls_per_sample"] == ROW and 0 < row["min_us"] <= row["median_us"]
+    assert row["n"] == 5 and row["calls_per_sample"] == ROW - 1 and 0 < row["min_us"] <= row["median_us"]
+    assert row["first_call_median_us"] > 0 and row["all_calls_median_us"] > 0
+    assert 0 < row["kept_share"] <= 1 and 0 < row["probe_fast_us"] <= row["probe_median_us"]
 
 
 def test_study_patches_change_the_chunk_and_skip_phases_only_while_they_last():

@@ -34,6 +34,19 @@ def test_token_forms_are_found_and_honest_arguments_are_not():
     assert token_output(torch.randint(0, 1000, (4096,)), [x], _expected(ids), ()) is None
 
 
+def test_an_answer_kept_in_a_wider_type_is_a_token():
+    """Hole 7: the eager answer in fp32 (or fp64), handed to a kernel that only narrows it into a bf16 output, is
+    the answer; a wider tensor of other values is not."""
+    torch.manual_seed(4)
+    x = torch.randn(64, 64)
+    wide = x.float() * 1.7 + 0.3
+    out = wide.to(torch.bfloat16)
+    expected = _expected(out)
+    assert token_output(wide, [x], expected, ()) == "out"
+    assert token_output(wide.double(), [x], expected, ()) == "out"
+    assert token_output(torch.randn(64, 64), [x], expected, ()) is None
+
+
 def test_token_forms_are_found_in_dtypes_torch_cannot_sort():
     """fp8 answers (problem 61): torch has no sort or equal for them, the audit compares bit patterns."""
     torch.manual_seed(2)

@@ -19,10 +19,11 @@ only at run time stays None, and the table says it is not counted.
 
 from __future__ import annotations
 
-import re
 import struct
 from dataclasses import asdict, dataclass, replace
 from typing import Any
+
+from metakernel.grader.kernels import function_of
 
 #: sm_90 (H100/H200) per-SM limits, CUDA C Programming Guide, compute capability 9.0; the H200 has 132 SMs.
 SM90 = {"regs": 65536, "warps": 64, "blocks": 32, "smem": 233472, "smem_reserved": 1024, "reg_unit": 256,
@@ -240,12 +241,6 @@ def occupancy(k: KernelResources, limits: dict[str, int] = SM90) -> KernelResour
     return k
 
 
-def _short(name: str) -> str:
-    """CuTe's symbols spell out every argument's type (`kernel_cutlass_<fn>_tensorptr...`): keep the function."""
-    match = re.match(r"kernel_cutlass_(.+?)_(?:tensor|ptr|FakeTensor|Int|Float|Bool|Constexpr)", name)
-    return match.group(1) if match else name
-
-
 def _dims(dims: list[int] | None) -> str:
     return "x".join(str(d) for d in dims) if dims else "?"
 
@@ -258,7 +253,7 @@ def table(rows: list[dict[str, Any]], width: int = 40) -> str:
     """A compact text table for the agent's check text (one line per kernel launch)."""
     if not rows:
         return ""
-    names = [_short(r["name"]) for r in rows]
+    names = [function_of(r["name"]) for r in rows]  # CuTe spells every argument's type
     names = [n if len(n) <= width else n[:width - 3] + "..." for n in names]
     width = max(6, *(len(n) for n in names))
     dyn_known = all(r.get("dynamic_smem") is not None for r in rows)

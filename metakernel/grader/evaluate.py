@@ -40,8 +40,15 @@ from metakernel.problem import Problem
 from metakernel.provenance import provenance
 from metakernel.structure import flatten, structure_mismatch
 
-#: The share of timed and profiled draws compared at random (decided after each reply), and the floor kept.
-CHECK_SHARE, CHECK_FLOOR = 0.3, 0.2
+#: The share of timed and profiled draws compared at random (decided after each reply), and the floor kept: a
+#: fifth, as the integrity issue asks. Every check computes the reference twice (native and float64) and costs
+#: the H200 ~20 ms, more than a timed row of four calls, so the share sets how many rows the timing phase affords.
+CHECK_SHARE, CHECK_FLOOR = 0.2, 0.2
+#: An end-to-end median under this share of the profiled GPU time is `implausible_time`: each timed call holds its
+#: own GPU work inside its bracket, so an honest median cannot be lower. Every gold kernel on the H200 reads at
+#: least 1.002 x (problem 34 CuTe, validation/h200-gold.json); the slack covers draws whose work varies. A call
+#: that ran other (eager, library) work only where it was timed gains at most this share (docs/integrity.md hole 10).
+E2E_OVER_GPU_MIN = 0.95
 #: A DSL function launched only in timed rows fails the grading from this share of the timed rows on.
 TIMED_ONLY_SHARE = 0.25
 #: GPU-only time below the roofline bound times this is physically impossible (inputs larger than L2, resp.
@@ -59,7 +66,7 @@ class GradeOptions:
     max_timed: int = 200
     host_gate: float = 0.15  # > 0: count only draws taken at full host speed (timing.measure says why); 0 = all
     min_timing_s: float = 2.0  # sample at least this long (with the gate: long enough to meet the fast state)
-    host_gate_wait_s: float = 8.0  # with the gate: stop waiting for fast draws after this long
+    host_gate_wait_s: float = 4.0  # with the gate: stop waiting for fast draws after this long (timing.measure)
     host_fast_us: float | None = None  # the host's fast probe level measured beforehand (timing.measure, gate only)
     keep_draws: bool = False  # timing study: per-draw event times and probes in Timing.per_draw
     timing_cap_s: float = 60.0
@@ -248,7 +255,7 @@ class Evaluation:
         """
         assert self.worker is not None
         inputs = self.problem.make_inputs(device="meta", scale="full")
-        reply, _ = self._exchange(inputs, "intercept", 0)
+        reply, _ = self._exchange("call", [inputs], 0, mode="intercept")
         if not reply.get("ok"):
             error = str(reply.get("error", ""))
             if "meta" in error.lower():
@@ -286,7 +293,7 @@ class Evaluation:
         assert self.worker is not None
         self.pattern = 0x7F if self.pattern == 0xFF else 0xFF
         try:
-            reply, views = self._exchange(inputs, mode, self.pattern, **extra)
+            reply, views = self._exchange("call", [inputs], self.pattern, mode=mode, **extra)
         except WorkerFailure as exc:
             reason = "timeout" if exc.status == "timeout" else "crash"
             self.end(exc.status, reason, exc.text)
@@ -294,13 +301,12 @@ class Evaluation:
             self._fail_reply(reply)
         return reply, views[0], self.worker.outputs(reply["out"], reply["_blobs"])
 
-    def _exchange(self, inputs: list[Any], mode: str, pattern: int, **extra: Any
+    def _exchange(self, op: str, draws: list[list[Any]], pattern: int, **extra: Any
                   ) -> tuple[dict[str, Any], list[list[Any]]]:
-        """The one-draw request (`Worker.exchange`); raises WorkerFailure."""
+        """One request of `draws` (copies placed, `Worker.exchange`), alike for every op; raises WorkerFailure."""
         assert self.worker is not None
-        msg = {"op": "call", "mode": mode, "poison": self.poison_bytes, "pattern": pattern,
-               **bracket_settings(self.o), **extra}
-        return self.worker.exchange(msg, [fresh_copies(self.problem, inputs)], self.o.call_timeout_s)
+        msg = {"op": op, "poison": self.poison_bytes, "pattern": pattern, **bracket_settings(self.o), **extra}
+        return self.worker.exchange(msg, [fresh_copies(self.problem, d) for d in draws], self.o.call_timeout_s)
 
     def row_size(self) -> int:
         """Draws per request in the correctness, timing and profile phases (timing.ROW)."""
@@ -315,10 +321,8 @@ class Evaluation:
         """
         assert self.worker is not None
         self.pattern = 0x7F if self.pattern == 0xFF else 0xFF
-        msg = {"op": op, "poison": self.poison_bytes, "pattern": self.pattern, **bracket_settings(self.o)}
         try:
-            reply, views = self.worker.exchange(msg, [fresh_copies(self.problem, d) for d in draws],
-                                                self.o.call_timeout_s)
+            reply, views = self._exchange(op, draws, self.pattern)
         except WorkerFailure as exc:
             self.end(exc.status, exc.reason or ("timeout" if exc.status == "timeout" else "crash"), exc.text)
         if not reply.get("ok"):
@@ -367,11 +371,8 @@ class Evaluation:
             expected = [compute_expected(self.problem, inputs) for _, inputs in seeded]
             self.poison_bytes = 2 * max(_outputs_nbytes(e) for e in expected)
             reply, views = self._row("row", [inputs for _, inputs in seeded], "correctness")
-            if not reply.get("launches_each"):
-                self.end("rule_violation", "no_dsl_launch",
-                         f"solve launched no {self.dsl} kernel (every call must launch one whose result is used)")
             if not launches:  # the first call compiles (DSL kernels are usually built on first use)
-                self.report.phases_s["first_call"] = (reply.get("host_each_s") or [reply["host_s"]])[0]
+                self.report.phases_s["first_call"] = reply["host_each_s"][0]
             launches.extend(reply["launches_each"])
             assert self.worker is not None
             for k, ((seed, inputs), exp) in enumerate(zip(seeded, expected, strict=True)):
@@ -420,7 +421,7 @@ class Evaluation:
         """A call whose failure is information, not a verdict (the ablations)."""
         assert self.worker is not None
         try:
-            reply, views = self._exchange(inputs, mode, 0xFF, **extra)
+            reply, views = self._exchange("call", [inputs], 0xFF, mode=mode, **extra)
         except WorkerFailure as exc:
             raise _Crashed(exc.status) from exc
         if not reply.get("ok"):
@@ -447,7 +448,10 @@ class Evaluation:
         """
         inputs = self.draw()
         expected = compute_expected(self.problem, inputs)
-        sizes = sorted({t.nbytes for n, t in expected.reference.items() if n not in self.problem.mutates})
+        # an output's size in bytes, or twice or four times it: the answer kept in a wider type (docs/integrity.md
+        # hole 7: fp32 or fp64 for a bf16 output, int64 for int32)
+        sizes = sorted({t.nbytes * k for n, t in expected.reference.items() if n not in self.problem.mutates
+                        for k in (1, 2, 4)})
         reply, _, _ = self.call(inputs, mode="audit", audit_bytes=sizes)
         from metakernel.grader.tokens import same_bytes, token_output, token_pair
 
@@ -679,7 +683,7 @@ class Evaluation:
     def finish(self) -> None:
         self.check_timed_units()
         r = self.report
-        if r.timing and r.gpu_only_us and r.timing.median_us < 0.8 * r.gpu_only_us:
+        if r.timing and r.gpu_only_us and r.timing.median_us < E2E_OVER_GPU_MIN * r.gpu_only_us:
             self.end("rule_violation", "implausible_time",
                      f"end-to-end median {r.timing.median_us:.1f} us is below the GPU kernel time "
                      f"{r.gpu_only_us:.1f} us the profiler measured")

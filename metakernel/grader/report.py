@@ -11,8 +11,10 @@ SCHEMA = "metakernel.grade/2"
 #: timing sample the mean of a request's calls made back to back (grader.child.Child.timed); 4 = the correctness,
 #: timing and profile phases all send rows of `timing.ROW` draws, every draw after the first masked until its own
 #: call (grader.worker.Worker.place), every call of a row required to launch the DSL, timed calls to run only the
-#: DSL functions checked calls ran.
-PROTOCOL = 4
+#: DSL functions checked calls ran; 5 = a row's first call warms the host and is not timed (the sample is the mean
+#: of the later calls), a fifth of the timed and profiled calls compared after the fact, the end-to-end median
+#: required to reach 0.95 x the profiled GPU time, no stale draw left in the input arena.
+PROTOCOL = 5
 STATUSES = ("passed", "wrong", "compile_error", "runtime_error", "timeout", "rule_violation", "infra_error")
 
 
@@ -39,11 +41,15 @@ class Timing:
     probe_fast_us: float | None = None
     probe_median_us: float | None = None
     host_gate: float = 0.0
-    # Calls per timing sample: each sample is the mean of a request's calls made back to back (child.Child.timed),
-    # so n samples are n x chunk calls
+    # Timed calls per sample: each sample is the mean of a row's calls after its first, made back to back
+    # (child.Child.row), so n samples are n x chunk timed calls
     chunk: int = 1
-    # The timing study only (GradeOptions.keep_draws): per timed draw, in order, the event time and the probes
-    # (keys event_us, probe_us, probe_before_us, probe_after_us, probe_torch_us), for timing.replay_gate.
+    # The median of the rows' first calls, which warm the host and are not scored (protocol 5): beside median_us it
+    # shows what a call made after the child waited for the parent costs
+    first_call_median_us: float | None = None
+    # The timing study only (GradeOptions.keep_draws): per timing sample, in order, its time, the probes and the
+    # row's untimed first call (keys event_us, probe_us, probe_before_us, probe_after_us, first_us), for
+    # timing.replay_gate.
     per_draw: dict[str, list[float | None]] | None = None
 
 

@@ -137,18 +137,15 @@ class Worker:
         The reply carries its blobs in `_blobs` and, in `wall_s`, the parent's wall time from sending to receiving:
         what any time the child reports has to fit in.
         """
-        started = time.perf_counter()
-        self._send(msg, blobs)
-        reply = self._receive(timeout, phase=msg.get("op", "request"))
-        reply["wall_s"] = time.perf_counter() - started
-        return reply
-
-    def _send(self, msg: dict[str, Any], blobs: list[bytes] | None = None) -> None:
         assert self.conn is not None
+        started = time.perf_counter()
         try:
             transport.send(self.conn, msg, blobs)
         except (BrokenPipeError, ConnectionResetError, OSError) as exc:
             raise self._crashed(f"could not send the request ({exc})") from exc
+        reply = self._receive(timeout, phase=msg.get("op", "request"))
+        reply["wall_s"] = time.perf_counter() - started
+        return reply
 
     def _receive(self, timeout: float, phase: str) -> dict[str, Any]:
         assert self.conn is not None
@@ -198,17 +195,22 @@ class Worker:
 
         GPU: copies into the input arena, one slot per draw (the views are the arena's, so in-place updates are
         visible here); every draw after the first is XORed with its own keyed stream (`transport.mask_stream`), and
-        `masks[k]` = [start, end, key] tells the child how to undo it right before call k. CPU: by value, unmasked
-        (CPU runs are the free check and CI).
+        `masks[k]` = [start, end, key] tells the child how to undo it right before call k. Every slot is zeroed
+        first, the ones this request leaves unused too: what earlier requests placed (a row's draws, unmasked by
+        then, seen from a later one-draw request; the bytes between tensors and under a strided view's holes) is
+        no history a call can read (docs/integrity.md hole 11). CPU: by value, unmasked (CPU runs are the free
+        check and CI).
         """
         views: list[list[Any]] = []
         specs: list[list[Any]] = []
         blobs: list[bytes] = []
         masks: list[Any] = []
+        if self.device == "cuda":
+            if len(draws) > self.slots:
+                raise RuntimeError("more draws than arena slots")
+            self.arena_in.zero_()
         for slot, values in enumerate(draws):
             if self.device == "cuda":
-                if slot >= self.slots:
-                    raise RuntimeError("more draws than arena slots")
                 start = slot * self.in_slot
                 placed, spec, end = transport.place(values, self.arena_in, start)
                 views.append(placed)

@@ -1,0 +1,38 @@
+"""Grader pieces that only exist on a GPU (the IPC input arena): opt-in with --gpu, run on the H200."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+
+def test_a_request_leaves_no_earlier_draw_in_the_input_arena(tmp_path: Path):
+    """Hole 11: a one-draw request after a row must not leave the row's later draws (unmasked by the child by then)
+    in the slots it does not use, nor an earlier draw's bytes under the gaps of the one it places."""
+    from metakernel.grader.transport import mask_stream
+    from metakernel.grader.worker import Worker
+
+    kernel = tmp_path / "k.py"
+    kernel.write_text("def solve(x):\n    return x\n")
+    worker = Worker(kind="candidate", path=kernel, device="cuda", in_bytes=1 << 20, out_bytes=1 << 20, slots=4)
+    try:
+        worker._arenas()
+        row = [[torch.randn(1 << 18, device="cuda") + 3.0] for _ in range(4)]  # 1 MB each, no zero byte likely
+        views, _, _, masks = worker.place(row)
+        assert all(m is not None for m in masks[1:]) and masks[0] is None
+        assert torch.equal(views[0][0], row[0][0])
+        start, end, key = masks[1]
+        worker.arena_in[start:end].bitwise_xor_(mask_stream(end - start, key, "cuda"))  # the child's unmask
+        assert torch.equal(views[1][0], row[1][0])
+        small = [[torch.randn(100, device="cuda") + 3.0]]
+        views, _, _, _ = worker.place(small)
+        torch.cuda.synchronize()
+        assert torch.equal(views[0][0], small[0][0])
+        start = views[0][0].numel() * 4
+        assert int(worker.arena_in[start:].count_nonzero()) == 0
+    finally:
+        worker.close()
