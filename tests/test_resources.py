@@ -32,6 +32,13 @@ def test_occupancy_is_bounded_by_whichever_sm_resource_runs_out_first():
     # 100 KB of static shared memory: two blocks (plus 1 KB reserved each) in 228 KB
     k = occupancy(KernelResources("tile", 32, 0, 100 * 1024, 128))
     assert (k.blocks_per_sm, k.limited_by) == (2, "shared memory")
+    # 44 KB declared: the cubin says 45 KB (the reserve included), five blocks fit; counting the reserve again
+    # would make it four
+    k = occupancy(KernelResources("tile44", 32, 0, 45 * 1024, 128))
+    assert (k.blocks_per_sm, k.limited_by) == (5, "shared memory")
+    # dynamic shared memory only, a cubin that shows none: the reserve is added
+    k = occupancy(KernelResources("dyn45", 32, 0, 0, 128, dynamic_smem=45 * 1024))
+    assert k.blocks_per_sm == 4
     # 32 threads, few registers: the 32-blocks-per-SM cap
     k = occupancy(KernelResources("tiny", 16, 0, 0, 32))
     assert (k.blocks_per_sm, k.limited_by, k.occupancy) == (32, "blocks", 0.5)
@@ -252,3 +259,40 @@ def test_tirx_rows_show_the_grid_of_the_call_and_the_shared_dyn_size(compiled):
     assert row["waves"] == pytest.approx(600 / (2 * 132))
     assert "not counted" not in result["table"].splitlines()[0]
     assert "300x2x1" in result["table"]
+
+
+@pytest.mark.skipif(not HAVE["tirx"], reason="apache-tvm is not installed")
+def test_an_sm90_cubin_s_shared_size_holds_the_1_kb_reserve(tmp_path):
+    """Why `occupancy` adds the SM's 1 KB per-block reserve only where the cubin shows no shared memory: nvcc for
+    sm_90a puts it into `.nv.shared.<kernel>` whenever the kernel uses any (declared 256 B -> 1280, dynamic only ->
+    1024, none -> no section). Compiled in a child process with the adapter's toolkit environment."""
+    from metakernel.dsl.tirx import find_cuda_root
+
+    if find_cuda_root() is None:
+        pytest.skip("no CUDA toolkit on this machine")
+    script = tmp_path / "sizes.py"
+    script.write_text('''
+import json, os
+from metakernel.dsl import get_adapter
+os.environ.update(get_adapter("tirx").environment(dry_run=True))
+import tvm
+from tvm.support import nvcc
+from metakernel.dsl.resources import parse_cubin
+body = "int i = blockIdx.x * blockDim.x + threadIdx.x;"
+sources = {
+    "declared": "__shared__ float s[64]; " + body + " s[threadIdx.x % 64] = a[i]; __syncthreads(); a[i] = s[0];",
+    "dynamic": "extern __shared__ float s[]; " + body + " s[threadIdx.x] = a[i]; __syncthreads(); a[i] = s[0];",
+    "none": body + " a[i] = a[i] * 2.f;",
+}
+sizes = {}
+for name, code in sources.items():
+    src = 'extern "C" __global__ void k_' + name + '(float* a) { ' + code + ' }'
+    with tvm.target.Target({"kind": "cuda", "arch": "sm_90a"}):
+        binary = nvcc.compile_cuda(src, target_format="cubin", compiler=os.environ.get("TVM_CUDA_COMPILE_MODE", "nvcc"))
+    sizes[name] = {k.name: k.static_smem for k in parse_cubin(bytes(binary))}["k_" + name]
+print(json.dumps(sizes))
+''')
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    sizes = json.loads(done.stdout.strip().splitlines()[-1])
+    assert sizes == {"declared": 64 * 4 + 1024, "dynamic": 1024, "none": 0}
