@@ -1,23 +1,31 @@
 #!/usr/bin/env bash
 # One shard of the H200 gold + wrong + red-team validation: run on the device machine from the checkout root.
 #
-#   METAKERNEL_REVISION=<commit> bash scripts/h200_validate_gold.sh [SELECTION...]
+#   METAKERNEL_REVISION=<commit> [STATE=.dev/state/h200-gold.json] [BUDGET=480] bash scripts/h200_validate_gold.sh [SELECTION...]
 #
 # Prints the sandbox's isolation self-test first, then grades solutions/ (gold must pass, wrong and red-team files
-# must be rejected as their docstrings say), resuming from validation/h200-gold.json (carried in with the tree,
-# re-grading entries of an older protocol), rewriting it after every file and stopping new gradings after $BUDGET
-# seconds. Exit 3 means "more to do: run it again" (carry $OUT's report back into validation/ first).
+# must be rejected as their docstrings say), resuming, re-grading entries of another grader, and stopping new
+# gradings after $BUDGET seconds. Exit 3 means "more to do: run it again".
+#
+# Where the report lives: the grading writes it after every file under $OUT (so a call stopped at its time limit
+# still brings back every finished grading), starting from $STATE when that exists (a git-ignored file the warm
+# device machine keeps between calls), else from the committed validation/h200-gold.json carried in with the tree;
+# at the end the report is copied back to $STATE for the next call. Without $OUT, it is $STATE itself.
 set -uo pipefail
-# The report is written after every file to $REPORT: by default under $OUT, so a call stopped at its time limit
-# still brings it back. With REPORT under a git-ignored folder (e.g. .dev/state/h200-gold.json) it stays on the warm
-# device machine between calls, so the next call resumes from it without carrying it back in; a copy goes to $OUT.
-REPORT=${REPORT:-${OUT:-validation}/h200-gold.json}
-mkdir -p "$(dirname "$REPORT")"
-[ "$REPORT" = validation/h200-gold.json ] || [ -f "$REPORT" ] || cp validation/h200-gold.json "$REPORT" 2>/dev/null || true
+STATE=${STATE:-${REPORT:-.dev/state/h200-gold.json}}
+mkdir -p "$(dirname "$STATE")"
+if [ ! -f "$STATE" ] && [ "$STATE" != validation/h200-gold.json ]; then
+  cp validation/h200-gold.json "$STATE" 2>/dev/null || true
+fi
+report=$STATE
+if [ -n "${OUT:-}" ]; then
+  report=$OUT/h200-gold.json
+  [ -f "$STATE" ] && cp "$STATE" "$report"
+fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 python3 -m metakernel.grader.probe | tee "${OUT:-/tmp}/isolation.txt"
-python3 -m metakernel problems validate --gold "$@" --device cuda --report "$REPORT" --resume \
+python3 -m metakernel problems validate --gold "$@" --device cuda --report "$report" --resume \
   --time-budget "${BUDGET:-480}"
 status=$?
-if [ -n "${OUT:-}" ] && [ "$REPORT" != "$OUT/h200-gold.json" ]; then cp "$REPORT" "$OUT/h200-gold.json"; fi
+if [ "$report" != "$STATE" ] && [ -f "$report" ]; then cp "$report" "$STATE"; fi
 exit $status
