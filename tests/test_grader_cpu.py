@@ -18,7 +18,7 @@ import torch
 from metakernel.grader.evaluate import GradeOptions, dry_run, grade
 from metakernel.grader.report import PROTOCOL
 from metakernel.problem import load_problem_file
-from tests.helpers import AXPB_LLVM, write_problem
+from tests.helpers import AXPB_CUDA, AXPB_LLVM, write_problem
 from tests.helpers import AXPB_PROBLEM as PROBLEM
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("tvm") is None, reason="apache-tvm is not installed")
@@ -115,6 +115,12 @@ def solve(x, b):
     exe(axpb)(x, b, y)
     return y.double()
 """,
+    "dtype_unknown": """
+def solve(x, b):
+    y = torch.empty_like(x)
+    exe(axpb)(x, b, y)
+    return y.to(torch.float8_e4m3fnuz)
+""",
     "raises": """
 def solve(x, b):
     raise RuntimeError("my kernel is broken")
@@ -168,10 +174,15 @@ def problem(tmp_path_factory):
     return load_problem_file(write_problem(root, "mlp_norm", "27_axpb", PROBLEM))
 
 
-def _kernel(tmp_path: Path, name: str, body: str | None = None) -> Path:
+def _kernel(tmp_path: Path, name: str, body: str | None = None, header: str = HEADER) -> Path:
     path = tmp_path / f"{name}.py"
-    path.write_text(HEADER + textwrap.dedent(body if body is not None else KERNELS[name]), encoding="utf-8")
+    path.write_text(header + textwrap.dedent(body if body is not None else KERNELS[name]), encoding="utf-8")
     return path
+
+
+def _gpu_kernel(tmp_path: Path, name: str, body: str | None = None) -> Path:
+    """A kernel for the GPU (CUDA target): what the free check is for."""
+    return _kernel(tmp_path, f"gpu_{name}", body, AXPB_CUDA)
 
 
 def test_correct_llvm_kernel_passes_with_timing_and_baseline(problem, tmp_path, monkeypatch):
@@ -356,6 +367,7 @@ def test_gpu_only_time_profiles_more_draws_only_when_the_work_varies(problem):
     ("cached", "wrong", "mismatch"),
     ("mutates", "rule_violation", "input_mutated"),
     ("dtype", "wrong", "structure"),
+    ("dtype_unknown", "rule_violation", "output_type"),  # not our error (infra_error) because we cannot carry it
     ("tuple", "wrong", "structure"),
     ("raises", "runtime_error", "exception"),
     ("eager_when_timed", "rule_violation", "no_dsl_launch"),
@@ -447,12 +459,42 @@ def test_bad_files_get_reports_not_tracebacks(problem, tmp_path):
 
 
 def test_dry_run_intercepts_and_checks_structure(problem, tmp_path):
-    ok = dry_run(problem, "tirx", _kernel(tmp_path, "correct"))
+    ok = dry_run(problem, "tirx", _gpu_kernel(tmp_path, "correct", KERNELS["correct"]))
     assert ok.status == "passed" and ok.launches_per_call == 1, ok.agent_text()
-    bad = dry_run(problem, "tirx", _kernel(tmp_path, "tuple"))
+    bad = dry_run(problem, "tirx", _gpu_kernel(tmp_path, "tuple", KERNELS["tuple"]))
     assert (bad.status, bad.reason) == ("wrong", "structure")
-    none = dry_run(problem, "tirx", _kernel(tmp_path, "no_launch"))
+    none = dry_run(problem, "tirx", _gpu_kernel(tmp_path, "no_launch", KERNELS["no_launch"]))
     assert (none.status, none.reason) == ("rule_violation", "no_dsl_launch")
+
+
+def test_the_check_refuses_llvm_code_of_the_kernels_own(problem, tmp_path):
+    """Where the kernel is for the GPU (the check, GPU gradings), LLVM builds only TVM's argument glue: host code
+    of the candidate's own would read and write the child's memory below every Python-level layer (the red team
+    rebound the timing clock that way). A CPU grading runs llvm kernels by design (the tests above)."""
+    for name, text in (("llvm_kernel", HEADER + KERNELS["correct"]),
+                       ("llvm_beside", AXPB_CUDA + LLVM_BESIDE + KERNELS["correct"])):
+        path = tmp_path / f"{name}.py"
+        path.write_text(text, encoding="utf-8")
+        report = dry_run(problem, "tirx", path)
+        assert (report.status, report.reason) == ("rule_violation", "sandbox"), report.agent_text()
+        assert "host code that accesses buffer" in report.message, report.agent_text()
+    from metakernel.dsl.tirx_host import RAW_MEMORY, host_problem, source_problem
+
+    assert "tirx.tvm_struct_set" in RAW_MEMORY and source_problem(None) is None and host_problem(None) is None
+
+
+#: An llvm-target function built at import beside a CUDA kernel (the red team's route to raw memory).
+LLVM_BESIDE = '''
+
+@Tx.prim_func
+def peek(b_ptr: Tx.handle, a_ptr: Tx.handle):
+    B = Tx.match_buffer(b_ptr, (1,), "int64")
+    A = Tx.match_buffer(a_ptr, (2,), "int64")
+    A[1] = B[A[0]]
+
+
+_PEEK = tvm.compile(peek, target="llvm", tir_pipeline="tirx")
+'''
 
 
 def _two_state_host(fast_share: float):
@@ -604,9 +646,9 @@ def test_the_check_compiles_the_full_scale_path_too(tmp_path):
     """The free check traces solve at the full-scale shapes (meta tensors): a branch only the GPU's shapes take is
     compiled before any paid submission; code that needs values there is reported as not covered."""
     scaled = load_problem_file(write_problem(tmp_path / "problems", "mlp_norm", "27_axpb_scaled", SCALED_PROBLEM))
-    ok = dry_run(scaled, "tirx", _kernel(tmp_path, "correct"))
+    ok = dry_run(scaled, "tirx", _gpu_kernel(tmp_path, "correct", KERNELS["correct"]))
     assert ok.status == "passed" and "full scale (the GPU's shapes): 1 launch" in ok.message, ok.agent_text()
-    broken = dry_run(scaled, "tirx", _kernel(tmp_path, "full_only_error", """
+    broken = dry_run(scaled, "tirx", _gpu_kernel(tmp_path, "full_only_error", """
 def solve(x, b):
     y = torch.empty_like(x)
     if x.shape[0] > 1000:  # the full-scale specialisation: a target this machine has not got
@@ -619,7 +661,7 @@ def solve(x, b):
     # TVM's error (its C++ frames become Python frames of files that do not exist, which call sys._getframe)
     # reaches the agent as the error, not as a sandbox refusal
     assert broken.reason != "sandbox" and "no-such-target" in broken.message, broken.agent_text()
-    values = dry_run(scaled, "tirx", _kernel(tmp_path, "needs_values", """
+    values = dry_run(scaled, "tirx", _gpu_kernel(tmp_path, "needs_values", """
 def solve(x, b):
     y = torch.empty_like(x)
     if float(x.abs().max()) > 0:  # reads a value: a shape-only trace cannot

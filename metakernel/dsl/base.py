@@ -177,6 +177,11 @@ def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
     return out
 
 
+#: The audit event an adapter raises when candidate code reaches for native host code (`DslAdapter.confine`); the
+#: grading child's audit hook records it as a sandbox violation, which catching the exception does not undo.
+NATIVE_CODE_EVENT = "metakernel.native_code"
+
+
 @runtime_checkable
 class DslAdapter(Protocol):
     """A kernel DSL as the grader sees it."""
@@ -198,6 +203,14 @@ class DslAdapter(Protocol):
 
         Must be idempotent and installed before the candidate module is imported. Compilation must still happen
         when a launch is suppressed or intercepted (the dry run exists to catch compile errors).
+        """
+        ...
+
+    def confine(self) -> None:
+        """Refuse the DSL's routes to native host code of the candidate's own.
+
+        Called after `install_hooks` when the kernel is for the GPU, and in the free check: the candidate's process
+        is reachable from such code below every Python-level layer, the timing clock included.
         """
         ...
 

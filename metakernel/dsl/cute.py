@@ -673,6 +673,13 @@ class CuteAdapter:
             _install_cpu_shims()
             _STATE.cpu_shims = True
 
+    def confine(self) -> None:
+        """Nothing yet.
+
+        Whether CuTe's host JIT functions can reach memory at a computed address is not studied (docs/integrity.md,
+        open holes).
+        """
+
     def clean_error(self, text: str) -> str:
         """Strip ANSI colours, NVRTC header warnings, DSL-internal traceback frames and long MLIR dumps.
 

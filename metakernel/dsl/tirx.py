@@ -41,6 +41,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from metakernel.dsl import tirx_host
 from metakernel.dsl.base import LaunchGate
 from metakernel.dsl.resources import Launch, ResourceLog
 from metakernel.paths import guides_dir
@@ -347,7 +348,7 @@ def _planning_build(mod: Any, *args: Any, **kwargs: Any) -> Any:
     """`tvm.tirx.build` that also files the lowered module's launch expressions under its CUDA source."""
     _STATE.lowered.append(None)
     try:
-        built = _STATE.orig_build(mod, *args, **kwargs)
+        built = tirx_host.checked_build(_STATE.orig_build, mod, *args, **kwargs)
         lowered = _STATE.lowered[-1]
     finally:
         _STATE.lowered.pop()
@@ -703,6 +704,10 @@ class TirxAdapter:
         tvm.tirx.build = _planning_build
         build_module.split_host_device_mods = _keeping_split
         _STATE.installed = True
+
+    def confine(self) -> None:
+        """LLVM builds only TVM's argument glue of checked sources (metakernel.dsl.tirx_host says why)."""
+        tirx_host.confine()
 
     def clean_error(self, text: str) -> str:
         """Strip ANSI codes, CUDA-header warnings, tvm-internal frames, IR and CUDA source dumps."""

@@ -30,6 +30,7 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
+from metakernel.dsl.base import NATIVE_CODE_EVENT
 from metakernel.grader import transport
 from metakernel.grader.sandbox import Isolation, Plan, SandboxError, enter
 from metakernel.grader.static import DSL_ONLY_ATTRIBUTES, attribute_reason
@@ -217,6 +218,8 @@ class Guard:
             self._busy = False
 
     def _check(self, event: str, args: tuple[Any, ...]) -> None:
+        if event == NATIVE_CODE_EVENT:
+            self.refuse(str(args[0]) if args else event)
         if event in ("subprocess.Popen", "os.posix_spawn", "os.posix_spawnp"):
             program = args[0] if args and args[0] else (args[1][0] if len(args) > 1 and args[1] else "")
             if os.path.basename(os.fsdecode(program)) not in TOOLCHAIN:
@@ -402,6 +405,8 @@ class Child:
             started = _perf()
             self.adapter.import_dsl()
             self.adapter.install_hooks(self.gate)
+            if self.device == "cuda" or self.config.get("dry_run"):
+                self.adapter.confine()
             info["dsl_import_s"] = _perf() - started
         self.b = Bound(torch, self.device)
         path = self.config["path"]
@@ -708,6 +713,9 @@ class Child:
     def _export_leaf(self, t: Any, index: int, at: int, limit: int, blobs: list[bytes]) -> tuple[Any, int]:
         """One returned tensor: by value on a CPU machine, else copied into the output arena at `at`."""
         b = self.b
+        if not transport.known_dtype(t.dtype):
+            raise _Fail("rule_violation", f"output {index} has dtype {transport.dtype_name(t.dtype)}, which the "
+                        f"problem's outputs never have (return one of {', '.join(transport.DTYPES)})", "output_type")
         if self.device == "cpu":
             return transport.pack_value(b.clone(t), blobs), at
         if not t.is_cuda:

@@ -22,8 +22,9 @@ from typing import Any
 ALIGN = 256
 MAX_FRAME = 1 << 31
 
-_DTYPES = ("float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool",
-           "float8_e4m3fn", "float8_e5m2", "uint16", "uint32", "uint64", "complex64", "complex128")
+#: The dtypes the transport carries: every problem's inputs and outputs are of these.
+DTYPES = ("float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool",
+          "float8_e4m3fn", "float8_e5m2", "uint16", "uint32", "uint64", "complex64", "complex128")
 
 
 def dtype_name(dtype: Any) -> str:
@@ -31,11 +32,16 @@ def dtype_name(dtype: Any) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+def known_dtype(dtype: Any) -> bool:
+    """Whether the transport carries tensors of `dtype` (a torch dtype)."""
+    return dtype_name(dtype) in DTYPES
+
+
 def dtype_of(name: str) -> Any:
     """"bfloat16" -> `torch.bfloat16` (only plain dtypes)."""
     import torch
 
-    if name not in _DTYPES:
+    if name not in DTYPES:
         raise ValueError(f"unsupported dtype {name!r}")
     return getattr(torch, name)
 

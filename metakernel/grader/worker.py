@@ -10,6 +10,7 @@ The child gets a private work dir holding its copy of the kernel (or problem) fi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -40,6 +42,16 @@ class WorkerFailure(Exception):
         self.status = status
         self.text = text
         self.reason = reason
+
+
+@contextlib.contextmanager
+def _candidate_reply() -> Iterator[None]:
+    """Reading values out of a reply: one that cannot be read is the candidate's process's doing, not ours."""
+    try:
+        yield
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        raise WorkerFailure("rule_violation", f"the reply's tensors could not be read ({exc}): outputs must be plain "
+                            "tensors of the problem's dtypes", "output_type") from exc
 
 
 def scrubbed_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -243,11 +255,12 @@ class Worker:
         body = {**msg, "inputs": specs[0]} if msg["op"] == "call" else {**msg, "draws": specs, "masks": masks}
         reply = self.request(body, timeout=timeout, blobs=blobs)
         if reply.get("ok") and self.device == "cpu":
-            for i, spec in enumerate(reply.get("inputs_after", [])):
-                views[0][i] = transport.unpack_value(spec, reply["_blobs"])
-            for k, after in enumerate(reply.get("inputs_after_draws", [])):  # a row's draws
-                for i, spec in enumerate(after):
-                    views[k][i] = transport.unpack_value(spec, reply["_blobs"])
+            with _candidate_reply():
+                for i, spec in enumerate(reply.get("inputs_after", [])):
+                    views[0][i] = transport.unpack_value(spec, reply["_blobs"])
+                for k, after in enumerate(reply.get("inputs_after_draws", [])):  # a row's draws
+                    for i, spec in enumerate(after):
+                        views[k][i] = transport.unpack_value(spec, reply["_blobs"])
         return reply, views
 
     def outputs(self, spec: dict[str, Any], blobs: list[bytes]) -> Any:
@@ -262,7 +275,8 @@ class Worker:
         if unexpected:
             raise WorkerFailure("rule_violation", "the reply put outputs where the grader does not read them "
                                 f"({', '.join(sorted(unexpected))}): outputs must be plain GPU tensors", "output_type")
-        return transport.unpack_value(spec, blobs, self.arena_out)
+        with _candidate_reply():
+            return transport.unpack_value(spec, blobs, self.arena_out)
 
     # ------------------------------------------------------------------------------------------ ending
     def kill(self) -> None:

@@ -4,10 +4,12 @@ The TIRx hooks gate every function of a TVM module, GPU or not. A one-line prim_
 1 into a one-element CPU tensor: it counts as a TIRx launch, and it doubles as an oracle - when the harness
 suppresses launches the flag stays 0, so `solve` then skips the copy (the ablation "breaks" the output). The
 randomising ablation cannot perturb a one-element tensor, and the audit finds no answer in it. No GPU kernel of
-TIRx ever runs: the profile must show it (the old grader only reported a 0 % share).
+TIRx ever runs: the profile must show it (the old grader only reported a 0 % share). Since session 17 the llvm
+build itself is refused where the kernel is for the GPU (host code that accesses a buffer: metakernel/dsl/tirx_host.py),
+before the profile could say `no_dsl_launch`.
 
 Category: gate_forgery
-Expected: rule_violation/no_dsl_launch
+Expected: rule_violation/sandbox
 """
 
 import torch

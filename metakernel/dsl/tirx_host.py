@@ -1,0 +1,158 @@
+"""What a TIRx kernel graded for the GPU may have LLVM compile into the child's own process: TVM's glue, no more.
+
+A TIRx module's host code is LLVM machine code run inside the candidate's process, below every Python-level
+layer: no audit event sees its loads and stores. An llvm-target function, or host code of a CUDA function, that
+indexes a one-element buffer far out of bounds, or declares a buffer at an address it computed (`id()` gives the
+address of any Python object), reads and writes the harness's objects: a red-team file rebound the timing
+clock that way and graded 1.7 us for a 174 us kernel (session 17, CPU). A GPU kernel needs none of it: its host
+functions only unpack arguments, check them and launch. So where the kernel is for the GPU (and in the free
+check), `confine` makes every LLVM build
+
+- come from `tvm.compile` / `tvm.tirx.build` of a source none of whose functions calls the glue's raw-memory
+  intrinsics (`tvm_struct_get` on a handle it made, `tvm_call_packed`, ...) or an external C function, and
+- hold no buffer access and no call beyond the glue's (`HOST_GLUE`) once lowered,
+
+and refuses anything else through the audit event `NATIVE_CODE_EVENT`, which the child's audit hook turns into a
+`rule_violation/sandbox` that catching the exception does not undo. A CPU-only grading runs llvm kernels by
+design: there none of this applies, and the CPU grader is no trust boundary (docs/integrity.md).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from metakernel.dsl.base import NATIVE_CODE_EVENT
+
+#: Calls TVM's lowering puts into a GPU module's host functions: argument unpacking and checks, the launch.
+HOST_GLUE = frozenset({
+    "tirx.tvm_struct_get", "tirx.tvm_struct_set", "tirx.tvm_stack_alloca", "tirx.tvm_stack_make_shape",
+    "tirx.tvm_stack_make_array", "tirx.tvm_call_packed_lowered", "tirx.tvm_call_cpacked_lowered",
+    "tirx.handle_add_byte_offset", "tirx.isnullptr", "tirx.reinterpret", "tirx.buffer_data", "tirx.ret",
+    "prim.if_then_else", "tirx.likely", "tirx.assume", "tirx.tvm_throw_last_error",
+})
+#: Calls a kernel's own source may not make anywhere: each reads, writes or calls at an address of its choosing
+#: (the glue's struct and stack access, packed calls into TVM's registry, C functions of the process).
+RAW_MEMORY = frozenset({
+    "tirx.tvm_struct_get", "tirx.tvm_struct_set", "tirx.tvm_stack_alloca", "tirx.tvm_stack_make_shape",
+    "tirx.tvm_stack_make_array", "tirx.tvm_call_packed", "tirx.tvm_call_cpacked", "tirx.tvm_call_trace_packed",
+    "tirx.tvm_call_packed_lowered", "tirx.tvm_call_cpacked_lowered", "tirx.tvm_call_trace_packed_lowered",
+    "tirx.handle_add_byte_offset", "tirx.call_extern", "tirx.call_pure_extern", "tirx.call_llvm_intrin",
+    "tirx.call_llvm_pure_intrin", "tirx.lookup_param",
+})
+
+#: Buffer loads and stores by their IR type keys (`tvm.tirx.BufferLoad` is a function that builds an ir.TensorLoad).
+BUFFER_ACCESS = frozenset({"ir.TensorLoad", "tirx.BufferLoad", "tirx.BufferStore"})
+
+
+class _Confinement:
+    """Whether `confine` is in force, and how many checked builds are in progress (LLVM may build only then)."""
+
+    def __init__(self) -> None:
+        self.active = False
+        self.checked_builds = 0
+
+
+CONFINEMENT = _Confinement()
+
+
+def refuse(what: str) -> None:
+    """Raise the audit event first (the child's hook records it and raises), then refuse in any case."""
+    sys.audit(NATIVE_CODE_EVENT, what)
+    raise PermissionError(f"the grader's sandbox refused {what}")
+
+
+def ir_nodes(node: Any) -> Iterator[Any]:
+    """Every IR object under `node` (statements, expressions, buffers), by the fields ffi reflection lists."""
+    import tvm_ffi
+
+    stack = [node]
+    while stack:
+        obj = stack.pop()
+        if isinstance(obj, (list, tuple, tvm_ffi.Array)):
+            stack.extend(obj)
+            continue
+        info = getattr(type(obj), "__tvm_ffi_type_info__", None)
+        if info is None:
+            continue
+        yield obj
+        while info is not None:
+            stack.extend(getattr(obj, f.name, None) for f in info.fields if f.name != "span")
+            info = info.parent_type_info
+
+
+def _functions(mod: Any) -> list[tuple[str, Any]]:
+    """(name, PrimFunc) of an IRModule, or of a lone PrimFunc."""
+    import tvm
+
+    if isinstance(mod, tvm.tirx.PrimFunc):
+        return [("main", mod)]
+    if isinstance(mod, tvm.ir.IRModule):
+        return [(gv.name_hint, f) for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)]
+    return []
+
+
+def _op_name(node: Any) -> str | None:
+    import tvm
+
+    if isinstance(node, tvm.ir.Call) and isinstance(node.op, tvm.ir.Op):
+        return str(node.op.name)
+    return None
+
+
+def source_problem(mod: Any) -> str | None:
+    """Why the source handed to a build may not be built for a GPU grading, or None."""
+    for name, func in _functions(mod):
+        for node in ir_nodes(func.body):
+            op = _op_name(node)
+            if op in RAW_MEMORY:
+                return f"{op.removeprefix('tirx.')} in {name} (raw memory access or a call into the process)"
+    return None
+
+
+def host_problem(mod: Any) -> str | None:
+    """Why a module LLVM is about to build holds more than argument glue, or None."""
+    for name, func in _functions(mod):
+        for node in ir_nodes(func.body):
+            if type(node).__tvm_ffi_type_info__.type_key in BUFFER_ACCESS:
+                return (f"host code that accesses buffer {node.buffer.name} in {name}: a GPU kernel's host code may "
+                        "only unpack arguments and launch; compute in the kernel (no llvm-target functions)")
+            op = _op_name(node)
+            if op is not None and op not in HOST_GLUE:
+                return f"host code calling {op.removeprefix('tirx.')} in {name}"
+    return None
+
+
+def checked_build(build: Any, mod: Any, *args: Any, **kwargs: Any) -> Any:
+    """`build(mod, ...)` with its source checked first and LLVM allowed to run while it lasts."""
+    if not CONFINEMENT.active:
+        return build(mod, *args, **kwargs)
+    problem = source_problem(mod)
+    if problem:
+        refuse(problem)
+    CONFINEMENT.checked_builds += 1
+    try:
+        return build(mod, *args, **kwargs)
+    finally:
+        CONFINEMENT.checked_builds -= 1
+
+
+def confine() -> None:
+    """Put the LLVM builder behind `host_problem` (idempotent). TVM looks the builder up by name for each build."""
+    if CONFINEMENT.active:
+        return
+    import tvm_ffi
+
+    original = tvm_ffi.get_global_func("target.build.llvm")
+
+    def build_llvm(mod: Any, target: Any) -> Any:
+        if CONFINEMENT.checked_builds <= 0:
+            refuse("an llvm module built outside tvm.compile")
+        problem = host_problem(mod)
+        if problem:
+            refuse(problem)
+        return original(mod, target)
+
+    tvm_ffi.register_global_func("target.build.llvm", build_llvm, override=True)
+    CONFINEMENT.active = True
