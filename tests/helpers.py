@@ -42,7 +42,8 @@ def roofline(x, b):
     return {"flops": 2 * x.numel(), "bytes": 4 * (2 * x.numel() + b.numel())}
 """
 
-AXPB_LLVM = '''
+#: The kernel's imports and signature, shared by its two targets.
+_AXPB_HEAD = '''
 import torch
 import tvm
 from tvm.script import tirx as Tx
@@ -55,26 +56,15 @@ def axpb(x_ptr: Tx.handle, b_ptr: Tx.handle, y_ptr: Tx.handle):
     X = Tx.match_buffer(x_ptr, (M, N), "float32")
     B = Tx.match_buffer(b_ptr, (N,), "float32")
     Y = Tx.match_buffer(y_ptr, (M, N), "float32")
-    for i, j in Tx.grid(M, N):
+'''
+
+AXPB_LLVM = _AXPB_HEAD + '''    for i, j in Tx.grid(M, N):
         Y[i, j] = X[i, j] * Tx.float32(2.0) + B[j]
 '''
 
 #: The same y = 2x + b as a CUDA-target TIRx kernel (one CTA per row): what the free check (dry run) is for. Where
 #: the kernel is for the GPU, an llvm build of the candidate's own is refused (metakernel/dsl/tirx_host.py).
-AXPB_CUDA = '''
-import torch
-import tvm
-from tvm.script import tirx as Tx
-
-
-@Tx.prim_func
-def axpb(x_ptr: Tx.handle, b_ptr: Tx.handle, y_ptr: Tx.handle):
-    M = Tx.int32()
-    N = Tx.int32()
-    X = Tx.match_buffer(x_ptr, (M, N), "float32")
-    B = Tx.match_buffer(b_ptr, (N,), "float32")
-    Y = Tx.match_buffer(y_ptr, (M, N), "float32")
-    Tx.device_entry()
+AXPB_CUDA = _AXPB_HEAD + '''    Tx.device_entry()
     row = Tx.cta_id([M])
     tx = Tx.thread_id([32])
     for c in Tx.serial((N + 31) // 32):
