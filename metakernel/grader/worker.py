@@ -30,6 +30,8 @@ from typing import Any
 
 from metakernel.grader import sandbox, transport
 
+#: Where the parent draws arena slots: the OS's randomness, nothing a candidate could seed or replay.
+_RANDOM = secrets.SystemRandom()
 _SECRET = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL|AUTH)", re.IGNORECASE)
 _PROTECTED = False
 
@@ -205,8 +207,10 @@ class Worker:
     def place(self, draws: list[list[Any]]) -> tuple[list[list[Any]], list[list[Any]], list[bytes], list[Any]]:
         """Put a request's draws where the child reads them: (views it will see, specs, blobs, masks).
 
-        GPU: copies into the input arena, one slot per draw (the views are the arena's, so in-place updates are
-        visible here); every draw after the first is XORed with its own keyed stream (`transport.mask_stream`), and
+        GPU: copies into the input arena, one slot per draw, the slots drawn at random (so a call's offset in the
+        arena says nothing: with fixed slots, every one-draw request and every row's unscored first call sat at
+        offset 0, which told the scored calls apart); the views are the arena's, so in-place updates are
+        visible here; every draw after the first is XORed with its own keyed stream (`transport.mask_stream`), and
         `masks[k]` = [start, end, key] tells the child how to undo it right before call k. Every slot is zeroed
         first, the ones this request leaves unused too: what earlier requests placed (a row's draws, unmasked by
         then, seen from a later one-draw request; the bytes between tensors and under a strided view's holes) is
@@ -217,17 +221,19 @@ class Worker:
         specs: list[list[Any]] = []
         blobs: list[bytes] = []
         masks: list[Any] = []
+        slots: list[int] = []
         if self.device == "cuda":
             if len(draws) > self.slots:
                 raise RuntimeError("more draws than arena slots")
             self.arena_in.zero_()
-        for slot, values in enumerate(draws):
+            slots = _RANDOM.sample(range(self.slots), len(draws))
+        for k, values in enumerate(draws):
             if self.device == "cuda":
-                start = slot * self.in_slot
+                start = slots[k] * self.in_slot
                 placed, spec, end = transport.place(values, self.arena_in, start)
                 views.append(placed)
                 specs.append(spec)
-                if slot and end > start:
+                if k and end > start:
                     key = secrets.randbits(63)
                     self.arena_in[start:end].bitwise_xor_(transport.mask_stream(end - start, key, "cuda"))
                     masks.append([start, end, key])
