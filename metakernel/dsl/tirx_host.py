@@ -73,6 +73,10 @@ def ir_nodes(node: Any) -> Iterator[Any]:
         if isinstance(obj, (list, tuple, tvm_ffi.Array)):
             stack.extend(obj)
             continue
+        if isinstance(obj, tvm_ffi.Map):  # buffer maps, attributes
+            stack.extend(obj.keys())
+            stack.extend(obj.values())
+            continue
         info = getattr(type(obj), "__tvm_ffi_type_info__", None)
         if info is None:
             continue
@@ -102,9 +106,18 @@ def _op_name(node: Any) -> str | None:
 
 
 def source_problem(mod: Any) -> str | None:
-    """Why the source handed to a build may not be built for a GPU grading, or None."""
+    """Why the source handed to a build may not be built for a GPU grading, or None.
+
+    The whole function is walked, not only its body: a buffer's shape in the buffer map becomes a host-side check
+    after lowering (a red-team file hid a `tvm_struct_set` there). Names TVM keeps for its own functions are
+    refused too: the launch gate lets them run in the free check.
+    """
     for name, func in _functions(mod):
-        for node in ir_nodes(func.body):
+        symbol = str(func.attrs["global_symbol"]) if func.attrs and "global_symbol" in func.attrs else name
+        for label in {name, symbol}:
+            if label.startswith("__tvm") or "." in label:
+                return f"a function named {label} (names TVM keeps for its own functions)"
+        for node in ir_nodes(func):
             op = _op_name(node)
             if op in RAW_MEMORY:
                 return f"{op.removeprefix('tirx.')} in {name} (raw memory access or a call into the process)"
@@ -114,7 +127,7 @@ def source_problem(mod: Any) -> str | None:
 def host_problem(mod: Any) -> str | None:
     """Why a module LLVM is about to build holds more than argument glue, or None."""
     for name, func in _functions(mod):
-        for node in ir_nodes(func.body):
+        for node in ir_nodes(func):
             if type(node).__tvm_ffi_type_info__.type_key in BUFFER_ACCESS:
                 return (f"host code that accesses buffer {node.buffer.name} in {name}: a GPU kernel's host code may "
                         "only unpack arguments and launch; compute in the kernel (no llvm-target functions)")
