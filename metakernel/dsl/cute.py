@@ -674,10 +674,11 @@ class CuteAdapter:
             _STATE.cpu_shims = True
 
     def confine(self) -> None:
-        """Nothing yet.
+        """Nothing yet: an open hole.
 
-        Whether CuTe's host JIT functions can reach memory at a computed address is not studied (docs/integrity.md,
-        open holes).
+        A `@cute.jit` host function loads and stores at any integer address (`cute.make_ptr` over it): shown on the
+        CPU, red-team file `rt_cute_host_jit_clock`. Telling the host glue's own loads and stores from the
+        candidate's needs the cute-dialect IR (docs/integrity.md, hole 2).
         """
 
     def clean_error(self, text: str) -> str:
