@@ -72,6 +72,29 @@ def test_wrong_is_not_passed_off_as_gold_by_the_dry_run(sol):
             report.agent_text()
 
 
+#: Red-team files whose native host code reaches the child's memory: the check refuses each before it runs
+#: (`DslAdapter.confine`), in both DSLs, not only the GPU grading.
+NATIVE_CODE = ("rt_tirx_llvm_oob_clock", "rt_tirx_llvm_cast_clock", "rt_tirx_shape_expr_peek",
+               "rt_tirx_llvm_gate_oracle", "rt_cute_host_jit_clock")
+
+
+@pytest.mark.parametrize("sol", [s for s in SOLUTIONS if s.path.stem in NATIVE_CODE], ids=lambda s: s.key)
+def test_native_host_code_is_refused_by_the_check(sol):
+    report = dry_run(load_catalog().problem(sol.number), sol.dsl, sol.path)
+    assert (report.status, report.reason) == ("rule_violation", "sandbox"), report.agent_text()
+    assert "host code" in report.message or "names TVM keeps" in report.message, report.agent_text()
+
+
+def test_cute_host_ops_of_the_gold_kernels_are_allowed_and_memory_ops_not():
+    from metakernel.dsl.cute_host import forbidden
+
+    gold_host_ops = ("cute.get_iter", "cute.make_tiled_copy", "cute_nvgpu.atom.make_non_exec_tiled_tma_load",
+                     "cuda.launch_ex", "arith.cmpi", "scf.if", "cute.kernel_smem_size", "cute.print")
+    assert not any(forbidden(op) for op in gold_host_ops)
+    assert all(forbidden(op) for op in ("cute.memref.store", "cute.memref.load", "cute.inttoptr", "llvm.store",
+                                        "cute.copy", "cute.print_tensor", "memref.load"))
+
+
 def test_wrong_files_the_gpu_must_judge_clear_the_static_rules():
     """Those files reach the GPU's checks only if the static rules let them through."""
     from metakernel.grader.static import check_source

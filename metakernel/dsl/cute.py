@@ -674,12 +674,10 @@ class CuteAdapter:
             _STATE.cpu_shims = True
 
     def confine(self) -> None:
-        """Nothing yet: an open hole.
+        """Host functions may build layouts and launch, not touch memory (metakernel.dsl.cute_host says why)."""
+        from metakernel.dsl import cute_host
 
-        A `@cute.jit` host function loads and stores at any integer address (`cute.make_ptr` over it): shown on the
-        CPU, red-team file `rt_cute_host_jit_clock`. Telling the host glue's own loads and stores from the
-        candidate's needs the cute-dialect IR (docs/integrity.md, hole 2).
-        """
+        cute_host.confine()
 
     def clean_error(self, text: str) -> str:
         """Strip ANSI colours, NVRTC header warnings, DSL-internal traceback frames and long MLIR dumps.

@@ -1,14 +1,13 @@
-"""Timer tampering through CuTe host code: a `@cute.jit` function stores at an integer address (OPEN hole).
+"""Timer tampering through CuTe host code: a `@cute.jit` function stores at an integer address.
 
 Problem 28's honest gold CuTe kernel; only the reported time is forged. A CuTe host function runs as LLVM code in
 the child's own process when called: `cute.make_ptr(Int64, addr, AddressSpace.generic)` and a one-element tensor
-over it load and store anywhere (on this 2-core machine a store into a ctypes buffer through it worked), and `id()`
-gives any Python object's address. At import the file copies 8-byte words with it: it forges a reference to the
-builtins dict through a list slot it overwrites, reaches the harness's `Child._bracket` and overwrites the first
-item of its defaults tuple (the clock) with one running at 1/100 speed; the same route as the TIRx llvm files,
-which `TirxAdapter.confine` closes. `CuteAdapter.confine` does nothing yet (telling the glue's loads and stores in
-a host function from the candidate's needs the cute-dialect IR), so the H200 is expected to pass this file: the
-validation shows the hole until it is closed (docs/integrity.md, hole 2). Written in session 17; not yet graded.
+over it load and store anywhere (a plain process read an int's type pointer through it), and `id()` gives any
+Python object's address. At import the file copies 8-byte words with it: it forges a reference to the builtins
+dict through a list slot it overwrites, reaches the harness's `Child._bracket` and overwrites the first item of its
+defaults tuple (the clock) with one running at 1/100 speed: the TIRx llvm files' route. Written in session 17;
+closed the same session: where the kernel is for the GPU, a host function may hold no op that reads or writes
+memory or makes a pointer from an integer (metakernel/dsl/cute_host.py).
 
 Category: sandbox
 Expected: rule_violation/sandbox

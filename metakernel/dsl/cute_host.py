@@ -1,0 +1,85 @@
+"""What a CuTe kernel graded for the GPU may do in its host functions: build layouts and launch, not touch memory.
+
+A `@cute.jit` host function is LLVM code run inside the candidate's process, below every Python-level layer: with
+`cute.make_ptr(Int64, addr, AddressSpace.generic)` and a one-element tensor over it, it loads and stores at any
+address, and `id()` gives the address of any Python object (the harness's clock included; red-team file
+`rt_cute_host_jit_clock`). The host functions of every gold kernel only read shapes and layouts, build atoms and
+launch (their ops, surveyed over all 40 gold files: `cute.get_*`, `cute.make_*`, `arith`, `scf`, `cuda.launch_*`).
+So where the kernel is for the GPU (and in the free check), `confine` checks each module the DSL builds, before any
+pass runs, and refuses a host function holding an op that reads or writes memory or makes a pointer from an
+integer (`host_problem`), through the audit event the child's hook records. Device code (inside `gpu.module`) is
+the kernel's and reaches GPU memory only.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from metakernel.dsl.base import NATIVE_CODE_EVENT
+
+#: Dialects whose ops in a host function are raw memory or pointer work of the candidate's own.
+FORBIDDEN_DIALECTS = ("llvm.", "memref.", "ptr.", "vector.load", "vector.store")
+#: Words that mark a CuTe op as an access to memory (element loads and stores, copies, atomics, pointer casts).
+ACCESS_WORDS = ("memref.", "load", "store", "copy", "atomic", "inttoptr", "ptrtoint", "print_tensor", "prefetch")
+#: Constructors whose names carry those words but only describe an access a kernel makes (gold host code has them).
+CONSTRUCTORS = ("cute.make_", "cute_nvgpu.atom.make_")
+#: Regions that hold device code.
+DEVICE_OPS = frozenset({"gpu.module", "gpu.binary"})
+
+
+class _Confinement:
+    def __init__(self) -> None:
+        self.active = False
+
+
+CONFINEMENT = _Confinement()
+
+
+def _host_ops(op: Any) -> Any:
+    """Every op nested in `op` outside device-code regions."""
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                operation = inner.operation
+                if operation.name in DEVICE_OPS:
+                    continue
+                yield operation
+                yield from _host_ops(operation)
+
+
+def forbidden(name: str) -> bool:
+    """Whether a host function may not hold an op of this name."""
+    if name.startswith(CONSTRUCTORS):
+        return False
+    if name.startswith(FORBIDDEN_DIALECTS):
+        return True
+    return name.startswith(("cute.", "cute_nvgpu.")) and any(word in name for word in ACCESS_WORDS)
+
+
+def host_problem(module: Any) -> str | None:
+    """Why a module's host code may not be built for a GPU grading, or None."""
+    for operation in _host_ops(module.operation):
+        if forbidden(operation.name):
+            return (f"host code with {operation.name}: a GPU kernel's host function may build layouts and launch, "
+                    "not read or write memory (do that in the kernel)")
+    return None
+
+
+def confine() -> None:
+    """Check every module the DSL builds (idempotent)."""
+    if CONFINEMENT.active:
+        return
+    from cutlass.base_dsl.dsl import BaseDSL
+
+    original = BaseDSL.build_module
+
+    def build_module(self: Any, module: Any, function_name: str) -> Any:
+        problem = host_problem(module)
+        if problem:
+            sys.audit(NATIVE_CODE_EVENT, problem)
+            raise PermissionError(f"the grader's sandbox refused {problem}")
+        return original(self, module, function_name)
+
+    BaseDSL.build_module = build_module  # type: ignore[method-assign]
+    CONFINEMENT.active = True
