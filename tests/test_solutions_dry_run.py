@@ -75,7 +75,7 @@ def test_wrong_is_not_passed_off_as_gold_by_the_dry_run(sol):
 #: Red-team files whose native host code reaches the child's memory: the check refuses each before it runs
 #: (`DslAdapter.confine`), in both DSLs, not only the GPU grading.
 NATIVE_CODE = ("rt_tirx_llvm_oob_clock", "rt_tirx_llvm_cast_clock", "rt_tirx_shape_expr_peek",
-               "rt_tirx_llvm_gate_oracle", "rt_cute_host_jit_clock")
+               "rt_tirx_llvm_gate_oracle", "rt_cute_host_jit_clock", "rt_cute_host_func_call_memcpy")
 
 
 @pytest.mark.parametrize("sol", [s for s in SOLUTIONS if s.path.stem in NATIVE_CODE], ids=lambda s: s.key)
@@ -92,7 +92,8 @@ def test_cute_host_ops_of_the_gold_kernels_are_allowed_and_memory_ops_not():
                      "cuda.launch_ex", "arith.cmpi", "scf.if", "cute.kernel_smem_size", "cute.print")
     assert not any(forbidden(op) for op in gold_host_ops)
     assert all(forbidden(op) for op in ("cute.memref.store", "cute.memref.load", "cute.inttoptr", "llvm.store",
-                                        "cute.copy", "cute.print_tensor", "memref.load"))
+                                        "cute.copy", "cute.print_tensor", "memref.load", "gpu.memcpy",
+                                        "vector.gather", "cuda.memcpy", "builtin.unrealized_conversion_cast"))
 
 
 def test_wrong_files_the_gpu_must_judge_clear_the_static_rules():
