@@ -182,7 +182,7 @@ def _kernel(tmp_path: Path, name: str, body: str | None = None, header: str = HE
 
 def _gpu_kernel(tmp_path: Path, name: str, body: str | None = None) -> Path:
     """A kernel for the GPU (CUDA target): what the free check is for."""
-    return _kernel(tmp_path, f"gpu_{name}", body, AXPB_CUDA)
+    return _kernel(tmp_path, f"gpu_{name}", body if body is not None else KERNELS[name], AXPB_CUDA)
 
 
 def test_correct_llvm_kernel_passes_with_timing_and_baseline(problem, tmp_path, monkeypatch):
@@ -459,11 +459,11 @@ def test_bad_files_get_reports_not_tracebacks(problem, tmp_path):
 
 
 def test_dry_run_intercepts_and_checks_structure(problem, tmp_path):
-    ok = dry_run(problem, "tirx", _gpu_kernel(tmp_path, "correct", KERNELS["correct"]))
+    ok = dry_run(problem, "tirx", _gpu_kernel(tmp_path, "correct"))
     assert ok.status == "passed" and ok.launches_per_call == 1, ok.agent_text()
-    bad = dry_run(problem, "tirx", _gpu_kernel(tmp_path, "tuple", KERNELS["tuple"]))
+    bad = dry_run(problem, "tirx", _gpu_kernel(tmp_path, "tuple"))
     assert (bad.status, bad.reason) == ("wrong", "structure")
-    none = dry_run(problem, "tirx", _gpu_kernel(tmp_path, "no_launch", KERNELS["no_launch"]))
+    none = dry_run(problem, "tirx", _gpu_kernel(tmp_path, "no_launch"))
     assert (none.status, none.reason) == ("rule_violation", "no_dsl_launch")
 
 
@@ -646,7 +646,7 @@ def test_the_check_compiles_the_full_scale_path_too(tmp_path):
     """The free check traces solve at the full-scale shapes (meta tensors): a branch only the GPU's shapes take is
     compiled before any paid submission; code that needs values there is reported as not covered."""
     scaled = load_problem_file(write_problem(tmp_path / "problems", "mlp_norm", "27_axpb_scaled", SCALED_PROBLEM))
-    ok = dry_run(scaled, "tirx", _gpu_kernel(tmp_path, "correct", KERNELS["correct"]))
+    ok = dry_run(scaled, "tirx", _gpu_kernel(tmp_path, "correct"))
     assert ok.status == "passed" and "full scale (the GPU's shapes): 1 launch" in ok.message, ok.agent_text()
     broken = dry_run(scaled, "tirx", _gpu_kernel(tmp_path, "full_only_error", """
 def solve(x, b):

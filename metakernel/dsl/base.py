@@ -7,6 +7,7 @@ the prompt guide. A third DSL is one new module implementing `DslAdapter`.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -180,6 +181,12 @@ def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
 #: The audit event an adapter raises when candidate code reaches for native host code (`DslAdapter.confine`); the
 #: grading child's audit hook records it as a sandbox violation, which catching the exception does not undo.
 NATIVE_CODE_EVENT = "metakernel.native_code"
+
+
+def refuse_native_code(what: str) -> None:
+    """Raise the audit event first (the child's hook records it and raises), then refuse in any case."""
+    sys.audit(NATIVE_CODE_EVENT, what)
+    raise PermissionError(f"the grader's sandbox refused {what}")
 
 
 @runtime_checkable

@@ -14,10 +14,9 @@ the kernel's and reaches GPU memory only.
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
-from metakernel.dsl.base import NATIVE_CODE_EVENT
+from metakernel.dsl.base import refuse_native_code
 
 #: Ops of other dialects a host function may hold (an allowlist: the gold kernels' host functions use these, and a
 #: red-team file called libc's memcpy through a body-less `func.func` declaration and `func.call`).
@@ -85,8 +84,7 @@ def confine() -> None:
     def build_module(self: Any, module: Any, function_name: str) -> Any:
         problem = host_problem(module)
         if problem:
-            sys.audit(NATIVE_CODE_EVENT, problem)
-            raise PermissionError(f"the grader's sandbox refused {problem}")
+            refuse_native_code(problem)
         return original(self, module, function_name)
 
     BaseDSL.build_module = build_module  # type: ignore[method-assign]

@@ -12,18 +12,17 @@ check), `confine` makes every LLVM build
   intrinsics (`tvm_struct_get` on a handle it made, `tvm_call_packed`, ...) or an external C function, and
 - hold no buffer access and no call beyond the glue's (`HOST_GLUE`) once lowered,
 
-and refuses anything else through the audit event `NATIVE_CODE_EVENT`, which the child's audit hook turns into a
+and refuses anything else through the audit event `base.NATIVE_CODE_EVENT`, which the child's audit hook turns into a
 `rule_violation/sandbox` that catching the exception does not undo. A CPU-only grading runs llvm kernels by
 design: there none of this applies, and the CPU grader is no trust boundary (docs/integrity.md).
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from typing import Any
 
-from metakernel.dsl.base import NATIVE_CODE_EVENT
+from metakernel.dsl.base import refuse_native_code as refuse
 
 #: Calls TVM's lowering puts into a GPU module's host functions: argument unpacking and checks, the launch.
 HOST_GLUE = frozenset({
@@ -55,12 +54,6 @@ class _Confinement:
 
 
 CONFINEMENT = _Confinement()
-
-
-def refuse(what: str) -> None:
-    """Raise the audit event first (the child's hook records it and raises), then refuse in any case."""
-    sys.audit(NATIVE_CODE_EVENT, what)
-    raise PermissionError(f"the grader's sandbox refused {what}")
 
 
 def ir_nodes(node: Any) -> Iterator[Any]:
