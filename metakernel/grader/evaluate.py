@@ -66,7 +66,7 @@ class GradeOptions:
     max_timed: int = 200
     host_gate: float = 0.15  # > 0: count only draws taken at full host speed (timing.measure says why); 0 = all
     min_timing_s: float = 2.0  # sample at least this long (with the gate: long enough to meet the fast state)
-    host_gate_wait_s: float = 4.0  # with the gate: stop waiting for fast draws after this long (timing.measure)
+    host_gate_wait_s: float = 2.0  # with the gate: stop waiting for fast draws after this long (timing.measure)
     host_fast_us: float | None = None  # the host's fast probe level measured beforehand (timing.measure, gate only)
     keep_draws: bool = False  # timing study: per-draw event times and probes in Timing.per_draw
     timing_cap_s: float = 60.0
@@ -792,11 +792,16 @@ def grade(problem: Problem, dsl: str, kernel: Path, device: str = "cuda", option
     started = time.perf_counter()
     try:
         ev.static()
+        ev.report.phases_s["static"] = time.perf_counter() - started
+        mark = time.perf_counter()
         ev.start(prestarted)
+        ev.report.phases_s["start_wait"] = time.perf_counter() - mark  # 0 when a child started ahead was ready
         prestarted = None
         ev.correctness()
         ev.ablation()
+        mark = time.perf_counter()
         ev.audit()
+        ev.report.phases_s["audit"] = time.perf_counter() - mark
         if options.timed:
             ev.timing()
         if options.profile:
@@ -818,7 +823,9 @@ def grade(problem: Problem, dsl: str, kernel: Path, device: str = "cuda", option
         if ev.worker is not None:
             if not ev.report.isolation:
                 ev.report.isolation = ev.worker.isolation
+            mark = time.perf_counter()
             ev.worker.close()
+            ev.report.phases_s["close"] = time.perf_counter() - mark
         ev.report.phases_s["total"] = time.perf_counter() - started
         ev.report.provenance = provenance()
     return ev.report

@@ -220,7 +220,7 @@ def knobs(options: Any) -> dict[str, Any]:
 
 def measure(call: Callable[[int], dict[str, Any]], *, warmup: int, min_timed: int, max_timed: int,
             rse_target: float, cap_s: float, flush: bool, gate: float = 0.0,
-            min_span_s: float = 0.0, gate_wait_s: float = 4.0, fast_ref_s: float | None = None,
+            min_span_s: float = 0.0, gate_wait_s: float = 2.0, fast_ref_s: float | None = None,
             keep_draws: bool = False) -> tuple[Timing, list[str]]:
     """Run `call(i)` (i < 0 for warm-up) until the stopping rule; returns the statistics and integrity flags.
 
@@ -237,10 +237,11 @@ def measure(call: Callable[[int], dict[str, Any]], *, warmup: int, min_timed: in
     draws, and after `gate_wait_s` (once `min_timed` draws are taken) sampling stops with what it has. On the H200
     this cut the end-to-end difference between two gradings of a gold kernel from a median of 7.9 % (2 of 11 within
     2 %) to 1.4 % (8 of 15) (validation/h200-grader-bench-speedups.json, -gate-before.json, -gate2.json).
-    Waiting 4 s instead of 8 loses nothing measurable: replayed over the recorded draws of two gradings of 11 gold
-    kernels, the gate's A/A difference reads a median 2.4 % when each grading is cut to its first 2-4 s and 3.1 %
-    over the whole 8 s (`scripts/gate_variants.py --waits`, validation/gate-waits.json), while every gold grading
-    and every eager baseline spent the whole wait.
+    Waiting 2 s instead of 8 loses nothing measurable: replayed over the recorded draws of two gradings of 11 gold
+    kernels, the gate's A/A difference reads a median 1.5-4.0 % when each grading is cut to its first 2 s, 2.4-3.5 %
+    at 4 s and 3.1-3.8 % over the whole 8 s (three probe variants; `scripts/gate_variants.py --waits`,
+    validation/gate-waits.json), while every gold grading and every eager baseline spent the whole wait (the
+    timing phase was 4.0 s in the median gold grading at 4 s, docs/timing.md).
     `fast_ref_s` is the host's fast level measured beforehand (scripts/bench_grader.py --host-fast-us auto), for
     gradings that never meet the fast state themselves.
     """
