@@ -33,7 +33,7 @@ from metakernel.grader.baseline import eager_timing
 from metakernel.grader.report import PROTOCOL, GradeReport
 from metakernel.grader.static import check_source
 from metakernel.grader.timing import bracket_settings, knobs, measure, profile_kernels, row_size, seeded_draw
-from metakernel.grader.transport import unpack_value
+from metakernel.grader.transport import leaf_kinds, unpack_value
 from metakernel.grader.worker import Worker, WorkerFailure
 from metakernel.hardware import H200
 from metakernel.problem import Problem
@@ -456,13 +456,28 @@ class Evaluation:
         # hole 7: fp32 or fp64 for a bf16 output, int64 for int32)
         sizes = sorted({t.nbytes * k for n, t in expected.reference.items() if n not in self.problem.mutates
                         for k in (1, 2, 4)})
+        mark = time.perf_counter()
         reply, _, _ = self.call(inputs, mode="audit", audit_bytes=sizes)
+        self.report.phases_s["audit_call"] = time.perf_counter() - mark  # the rest of the phase: the token checks
         from metakernel.grader.tokens import same_bytes, token_output, token_pair
 
         blobs = reply["_blobs"]
+        arena = self.worker.arena_out if self.worker is not None else None
+
+        def copied(spec: Any) -> Any:
+            """One audited argument: a view of the output arena (GPU) or a value; nothing else is read."""
+            allowed = {"at", "cpu"} if arena is not None else {"cpu"}
+            try:
+                if not isinstance(spec, dict) or leaf_kinds(spec) - allowed:
+                    raise ValueError("not a tensor copy")
+                return unpack_value(spec, blobs, arena).to(self.device)
+            except (ValueError, KeyError, TypeError) as exc:
+                self.end("rule_violation", "output_type", f"the audit's reply put launch arguments where the "
+                         f"grader does not read them ({exc})")
+
         written: dict[int, tuple[Any, tuple[str, ...]]] = {}  # address -> (what a launch left there, its unit)
         for launch, record in enumerate(reply.get("audited") or []):
-            before = [unpack_value(spec, blobs).to(self.device) for spec in record["before"]]
+            before = [copied(spec) for spec in record["before"]]
             addresses = record["addresses"]
             args = []
             for arg, address in zip(before, addresses, strict=True):
@@ -488,7 +503,7 @@ class Evaluation:
                          "depends on")
             if record["after"] is not None:
                 for b, spec, address in zip(before, record["after"], addresses, strict=True):
-                    left = unpack_value(spec, blobs).to(self.device)
+                    left = copied(spec)
                     if not same_bytes(left, b):
                         written[address] = (left, tuple(record["unit"]))
 
