@@ -579,6 +579,44 @@ def test_a_grader_bug_is_an_infra_error_not_a_crash(problem, tmp_path, monkeypat
     assert grade(problem, "tirx", _kernel(tmp_path, "correct"), device="cpu", options=FAST).status == "passed"
 
 
+def test_running_out_of_memory_is_the_grader_s_fault_while_the_grader_holds_the_gpu(problem, tmp_path, monkeypatch):
+    """On an 80 GB H100 gold kernels ran out of GPU memory while the grading process held 62-77 GB: that is an
+    infra_error (never charged). With the grader holding little, running out of memory stays the kernel's failure.
+    (The GPU's memory is a double here: there is none on this machine.)"""
+    from metakernel.grader import evaluate
+
+    oom = "solve raised:\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.13 GiB."
+    ev = evaluate.Evaluation(problem, "tirx", _kernel(tmp_path, "correct"), "cuda", FAST)
+    monkeypatch.setattr(evaluate, "grader_gpu_bytes", lambda device: (62 << 30, 80 << 30))
+    with pytest.raises(evaluate._Done):
+        ev.end("runtime_error", "exception", oom)
+    assert (ev.report.status, ev.report.reason) == ("infra_error", "grader_memory")
+    assert "62.0 of the GPU's 80 GiB" in ev.report.message and "4.13 GiB" in ev.report.message
+    with pytest.raises(evaluate._Done):
+        ev.end("runtime_error", "exception", "solve raised:\nValueError: shapes")  # not memory: the kernel's
+    assert ev.report.status == "runtime_error"
+    monkeypatch.setattr(evaluate, "grader_gpu_bytes", lambda device: (3 << 30, 80 << 30))
+    with pytest.raises(evaluate._Done):
+        ev.end("runtime_error", "exception", oom)
+    assert (ev.report.status, ev.report.reason) == ("runtime_error", "exception")
+
+
+def test_a_child_started_ahead_that_fails_for_our_reasons_is_an_infra_error(problem, tmp_path, monkeypatch):
+    """A pool child whose start raised something other than a candidate failure (on the H100: no GPU memory left
+    for its arenas) ended the grading in an AssertionError; it is an infra_error naming the cause."""
+    from metakernel.grader import evaluate, worker
+
+    def no_memory(self):
+        raise RuntimeError("CUDA out of memory while allocating the arenas")
+
+    monkeypatch.setattr(worker.Worker, "start", no_memory)
+    kernel = _kernel(tmp_path, "correct")
+    pending = evaluate.PendingWorker(problem, "tirx", kernel, "cpu", FAST)
+    report = grade(problem, "tirx", kernel, device="cpu", options=FAST, prestarted=pending)
+    assert (report.status, report.reason) == ("infra_error", "start"), report.agent_text()
+    assert "allocating the arenas" in report.message
+
+
 def test_a_launch_the_outputs_do_not_depend_on_is_not_dsl_work(problem, tmp_path):
     """The per-unit ablation: a second compiled kernel that only burns time on scratch memory (to pad the DSL's
     share of the GPU time) is found idle; the kernel that computes the answer is required."""

@@ -175,6 +175,23 @@ def exchange_sizes(problem: Problem, device: str, scale: str, slots: int) -> Siz
 MEMORY_FAULTS = ("illegal memory access", "illegal address", "global/shared address space", "misaligned address")
 
 
+#: How CUDA and torch word an allocation that found no memory.
+OUT_OF_MEMORY = ("OutOfMemoryError", "out of memory")
+#: A child's out-of-memory failure is the grader's when the grader's own process held more than this share of the
+#: GPU at the time: on an 80 GB H100 the corpus validation ran gold kernels of problems 21-50 out of memory while the
+#: parent held 62-77 GB (validation/h100-gold-682b56c.json). Above it the card is too small for the grader's copies
+#: of that problem, and the failure costs the candidate nothing.
+GRADER_MEMORY_SHARE = 0.25
+
+
+def grader_gpu_bytes(device: str) -> tuple[int, int] | None:
+    """(bytes this process holds on the GPU after returning its cache, the GPU's total), or None off the GPU."""
+    if device != "cuda" or not torch.cuda.is_available():
+        return None
+    torch.cuda.empty_cache()
+    return torch.cuda.memory_reserved(), torch.cuda.mem_get_info()[1]
+
+
 class Evaluation:
     """One grading run; methods are the phases, each may end it by raising `_Done`."""
 
@@ -201,6 +218,12 @@ class Evaluation:
         copy = getattr(self.worker, "path", None) if self.worker is not None else None
         if copy is not None and message:  # tracebacks name the child's copy: show the user's own file instead
             message = message.replace(str(copy), str(self.kernel))
+        if status in ("runtime_error", "timeout") and any(m in message for m in OUT_OF_MEMORY):
+            held = grader_gpu_bytes(self.device)
+            if held is not None and held[0] > GRADER_MEMORY_SHARE * held[1]:
+                status, reason = "infra_error", "grader_memory"
+                message = (f"the kernel ran out of GPU memory while the grader itself held {held[0] / 2**30:.1f} of "
+                           f"the GPU's {held[1] / 2**30:.0f} GiB (not the kernel's fault):\n{message}")
         self.report.status, self.report.reason, self.report.message = status, reason, message
         for k, v in fields.items():
             setattr(self.report, k, v)
@@ -372,18 +395,23 @@ class Evaluation:
         row = self.row_size()
         while self.report.draws_checked < self.o.draws:
             seeded = [seeded_draw(self.problem, self.device, self.scale) for _ in range(row)]
-            expected = [compute_expected(self.problem, inputs) for _, inputs in seeded]
-            self.poison_bytes = 2 * max(_outputs_nbytes(e) for e in expected)
+            if not self.poison_bytes:
+                self.poison_bytes = 2 * _outputs_nbytes(compute_expected(self.problem, seeded[0][1]))
             reply, views = self._row("row", [inputs for _, inputs in seeded], "correctness")
             if not launches:  # the first call compiles (DSL kernels are usually built on first use)
                 self.report.phases_s["first_call"] = reply["host_each_s"][0]
             launches.extend(reply["launches_each"])
             assert self.worker is not None
-            for k, ((seed, inputs), exp) in enumerate(zip(seeded, expected, strict=True)):
+            for k, (seed, inputs) in enumerate(seeded):
+                # one draw's references at a time (the inputs stay the parent's own, untouched by the call): a row's
+                # four float64 references of problem 21's caches took 39 GB, and 80 GB cards ran out
+                exp = compute_expected(self.problem, inputs)
+                self.poison_bytes = max(self.poison_bytes, 2 * _outputs_nbytes(exp))
                 self.last_seed = seed
                 self.judge(inputs, views[k], self.worker.outputs(reply["outs"][k], reply["_blobs"]), exp,
                            f"draw {self.report.draws_checked + 1}")
                 self.report.draws_checked += 1
+                del exp
             self.units_checked.update(tuple(u) for u in reply.get("units") or [])
         self.report.launches_per_call = statistics.fmean(launches)
         self.report.phases_s["correctness"] = time.perf_counter() - started
@@ -772,6 +800,10 @@ class PendingWorker:
             self._ready = self.worker.start()
         except WorkerFailure as exc:
             self._error = exc
+        except Exception as exc:  # noqa: BLE001 - ours (e.g. no GPU memory left for the arenas): never charged
+            self._error = WorkerFailure("infra_error", "starting the grading process failed (not the kernel's "
+                                        "fault):\n" + "".join(traceback.format_exception(exc, limit=-4)).rstrip(),
+                                        "start")
 
     def result(self) -> tuple[Worker, dict[str, Any]]:
         """Wait for the start; the started worker and its ready message, or the start's failure."""
