@@ -68,3 +68,44 @@ def test_the_grader_fingerprint_ignores_docstrings_but_not_code(tmp_path):
     assert timing.read_text() != text and grader_fingerprint(root) == grader_fingerprint()
     timing.write_text(text.replace("ROW = 4", "ROW = 5", 1))
     assert grader_fingerprint(root) != grader_fingerprint()
+
+
+def test_children_are_started_ahead_for_the_next_files_within_the_memory_budget():
+    """The run's prefetch queue: the next file's child always; three ahead while a wrong file is graded (most are
+    rejected within seconds, and waited for their child's start); never past the arena budget; a child goes only
+    to its own file, and the ones left over are stopped. (Starting a real child needs the GPU: the start is
+    recorded here, with what would be discarded.)"""
+    from types import SimpleNamespace
+
+    from metakernel.validate_run import Prefetch
+
+    started, discarded = [], []
+
+    class Child:
+        def __init__(self, key):
+            self.key = key
+            started.append(key)
+
+        def discard(self):
+            discarded.append(self.key)
+
+    def sol(key, kind="wrong"):
+        return SimpleNamespace(key=key, kind=kind)
+
+    files = [sol("28/correct/tirx.py", "gold"), sol("28/wrong/a.py"), sol("28/wrong/static.py"), sol("28/wrong/c.py"),
+             sol("28/wrong/d.py"), sol("36/correct/cute.py", "gold")]
+    sizes = {"36/correct/cute.py": 3 << 30}
+    ahead = Prefetch(lambda s: None if "static" in s.key else Child(s.key), lambda s: sizes.get(s.key, 1 << 30),
+                     depth=3, budget=4 << 30)
+    assert ahead.take(files[0:]) is None and started == ["28/wrong/a.py"]  # a gold file is timed: one ahead
+    child = ahead.take(files[1:])
+    assert child.key == "28/wrong/a.py"
+    assert started == ["28/wrong/a.py", "28/wrong/c.py", "28/wrong/d.py"]  # static.py is refused: no child
+    assert ahead.take(files[2:]) is None  # the refused file had no child
+    # 36's child (3 GiB of arenas) would pass the 4 GiB budget beside c's and d's (1 GiB each): it waits its turn
+    assert "36/correct/cute.py" not in started
+    assert ahead.take(files[3:]).key == "28/wrong/c.py" and started[-1] == "36/correct/cute.py"
+    assert ahead.take(files[4:]).key == "28/wrong/d.py" and not discarded
+    # a run cut short by its budget stops whatever is still waiting
+    ahead.close()
+    assert discarded == ["36/correct/cute.py"] and not ahead.waiting
