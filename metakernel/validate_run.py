@@ -232,6 +232,7 @@ def run_gold_validation(selection: str, *, device: str, as_json: bool, report_pa
         record["grader"] = fingerprint  # but each entry was graded by this grader code
         if device == "cuda":
             record["timed"] = timed
+            record["gpu"] = (data["runs"][-1].get("gpu") or {}).get("name")  # one report can span an H100 and an H200
         data["solutions"][sol.key] = record
         if report_path:
             _summarise_gold(data)

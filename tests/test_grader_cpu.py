@@ -579,6 +579,29 @@ def test_a_grader_bug_is_an_infra_error_not_a_crash(problem, tmp_path, monkeypat
     assert grade(problem, "tirx", _kernel(tmp_path, "correct"), device="cpu", options=FAST).status == "passed"
 
 
+def test_the_audit_sends_an_argument_the_launch_left_alone_once(problem, tmp_path):
+    """The audit's copies: x is read by the launch and left alone, so its copy after the launch is the one sent
+    before it (one blob, one spec); y is written, so both are sent. Problem 34's backward kernels spent 19 s sending
+    such duplicates at 682b56c."""
+    from metakernel.expected import compute_expected
+    from metakernel.grader.evaluate import Evaluation
+
+    ev = Evaluation(problem, "tirx", _kernel(tmp_path, "correct"), "cpu", FAST)
+    try:
+        ev.start()
+        inputs = ev.draw()
+        sizes = sorted({t.nbytes for t in compute_expected(problem, inputs).reference.values()})
+        reply, _, _ = ev.call(inputs, mode="audit", audit_bytes=sizes)
+        (record,) = reply["audited"]
+        assert len(record["before"]) == 2, record  # x and y: the output's size (b is smaller)
+        same = [before == after for before, after in zip(record["before"], record["after"], strict=True)]
+        assert sorted(same) == [False, True], record
+        assert len({spec["cpu"] for spec in record["before"] + record["after"]}) == 3  # x once, y before and after
+    finally:
+        if ev.worker is not None:
+            ev.worker.close()
+
+
 def test_running_out_of_memory_is_the_grader_s_fault_while_the_grader_holds_the_gpu(problem, tmp_path, monkeypatch):
     """On an 80 GB H100 gold kernels ran out of GPU memory while the grading process held 62-77 GB: that is an
     infra_error (never charged). With the grader holding little, running out of memory stays the kernel's failure.

@@ -16,6 +16,7 @@ run only the DSL functions checked calls ran.
 from __future__ import annotations
 
 import hashlib
+import json
 import secrets
 import statistics
 import time
@@ -492,38 +493,52 @@ class Evaluation:
         blobs = reply["_blobs"]
         arena = self.worker.arena_out if self.worker is not None else None
 
+        unpacked: dict[str, Any] = {}  # spec -> tensor: the child sends an unchanged argument's copy once
+        verdicts: dict[str, str | None] = {}  # spec -> token_output's answer for it (a function of its bytes)
+
+        def key(spec: Any) -> str:
+            return json.dumps(spec, sort_keys=True)
+
         def copied(spec: Any) -> Any:
             """One audited argument: a view of the output arena (GPU) or a value; nothing else is read."""
             allowed = {"at", "cpu"} if arena is not None else {"cpu"}
             try:
                 if not isinstance(spec, dict) or leaf_kinds(spec) - allowed:
                     raise ValueError("not a tensor copy")
-                return unpack_value(spec, blobs, arena).to(self.device)
+                if key(spec) not in unpacked:
+                    unpacked[key(spec)] = unpack_value(spec, blobs, arena).to(self.device)
+                return unpacked[key(spec)]
             except (ValueError, KeyError, TypeError) as exc:
                 self.end("rule_violation", "output_type", f"the audit's reply put launch arguments where the "
                          f"grader does not read them ({exc})")
 
+        def token(spec: Any, arg: Any) -> str | None:
+            if key(spec) not in verdicts:
+                verdicts[key(spec)] = token_output(arg, inputs, expected, self.problem.mutates)
+            return verdicts[key(spec)]
+
         written: dict[int, tuple[Any, tuple[str, ...]]] = {}  # address -> (what a launch left there, its unit)
         for launch, record in enumerate(reply.get("audited") or []):
-            before = [copied(spec) for spec in record["before"]]
+            specs = record["before"]
+            before = [copied(spec) for spec in specs]
             addresses = record["addresses"]
             args = []
-            for arg, address in zip(before, addresses, strict=True):
+            for spec, arg, address in zip(specs, before, addresses, strict=True):
                 producer = written.get(address)
                 if producer is not None and same_bytes(arg, producer[0]):
-                    name = token_output(arg, inputs, expected, self.problem.mutates)
+                    name = token(spec, arg)
                     if name is not None:
                         self.token_producers.append((name, launch, producer[1]))
                     continue
-                args.append(arg)
-            for arg in args:
-                name = token_output(arg, inputs, expected, self.problem.mutates)
+                args.append((spec, arg))
+            for spec, arg in args:
+                name = token(spec, arg)
                 if name is not None:
                     self.end("rule_violation", "dsl_token",
                              f"{self.dsl} launch {launch + 1} was handed the finished value of output {name} (or "
                              "a rescaled, shifted, reshaped, reinterpreted or permuted copy of it) before it ran: "
                              "the DSL kernel does no work the answer depends on")
-            name = token_pair(args, inputs, expected, self.problem.mutates)
+            name = token_pair([arg for _, arg in args], inputs, expected, self.problem.mutates)
             if name is not None:
                 self.end("rule_violation", "dsl_token",
                          f"{self.dsl} launch {launch + 1} was handed output {name} split over two arguments (their "
