@@ -602,6 +602,34 @@ def test_the_audit_sends_an_argument_the_launch_left_alone_once(problem, tmp_pat
             ev.worker.close()
 
 
+def test_the_eager_child_starts_early_and_is_stopped_when_the_grading_ends_before_its_baseline(problem, tmp_path,
+                                                                                                monkeypatch):
+    """A grading that will measure its problem's eager baseline starts that clean child before its correctness
+    phase; one that ends early (a wrong kernel) stops it without waiting for it, and a cached baseline starts none."""
+    from metakernel.grader import evaluate
+
+    monkeypatch.setenv("METAKERNEL_CACHE_DIR", str(tmp_path / "cache"))
+    made = []
+
+    class Recorded(evaluate.StartingWorker):
+        def __init__(self, worker):
+            made.append(self)
+            super().__init__(worker)
+
+    monkeypatch.setattr(evaluate, "StartingWorker", Recorded)
+    wrong = grade(problem, "tirx", _kernel(tmp_path, "zeros"), device="cpu", options=FAST)
+    assert wrong.status == "wrong" and len(made) == 1 and made[0].worker.kind == "eager"
+    deadline = time.monotonic() + 120
+    while made[0].worker.conn is not None and time.monotonic() < deadline:  # stopped in the background
+        time.sleep(0.2)
+    assert made[0].worker.conn is None and made[0].worker.proc.poll() is not None
+    passed = grade(problem, "tirx", _kernel(tmp_path, "correct"), device="cpu", options=FAST)
+    assert passed.status == "passed" and passed.eager is not None and len(made) == 2  # measured by that child
+    assert made[1].worker.conn is None  # used and closed
+    again = grade(problem, "tirx", _kernel(tmp_path, "correct"), device="cpu", options=FAST)
+    assert again.status == "passed" and len(made) == 2  # cached: no child
+
+
 def test_running_out_of_memory_is_the_grader_s_fault_while_the_grader_holds_the_gpu(problem, tmp_path, monkeypatch):
     """On an 80 GB H100 gold kernels ran out of GPU memory while the grading process held 62-77 GB: that is an
     infra_error (never charged). With the grader holding little, running out of memory stays the kernel's failure.

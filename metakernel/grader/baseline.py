@@ -21,7 +21,7 @@ import torch
 from metakernel.expected import fresh_copies
 from metakernel.grader.report import PROTOCOL, Timing
 from metakernel.grader.timing import bracket_settings, fresh_draw, knobs, measure, profile_kernels
-from metakernel.grader.worker import Worker, WorkerFailure
+from metakernel.grader.worker import StartingWorker, Worker, WorkerFailure
 from metakernel.jsonio import write_json_atomic
 from metakernel.problem import Problem
 
@@ -71,27 +71,55 @@ def _write_entry(path: Path, key: str, problem: Problem, kind: str, timing: Timi
     os.chmod(path, 0o600)
 
 
-def eager_timing(problem: Problem, device: str, scale: str, *, kind: str, options: Any,
-                 use_cache: bool = True) -> Timing | None:
-    """Median time of the reference (kind "eager") or its torch.compile form (kind "compile")."""
+def _entry_path(problem: Problem, device: str, scale: str, kind: str, options: Any) -> tuple[Path, str]:
+    """Where a baseline of these timing settings is cached, and its key."""
     setting = f"{options.flush_l2}-{options.spin_ms}" + ("" if options.pin_cores else "-nopin")
     if options.host_gate > 0 or options.min_timing_s > 0:
         setting += f"-gate{options.host_gate}-{options.min_timing_s}-{options.host_gate_wait_s}-{options.host_fast_us}"
     key = _key(problem, device, scale, kind, setting)
-    path = cache_dir() / "baselines" / f"{problem.nn}-{kind}-{key}.json"
-    if use_cache:
-        cached = read_entry(path, key)
-        if cached is not None:
-            return cached
+    return cache_dir() / "baselines" / f"{problem.nn}-{kind}-{key}.json", key
+
+
+def cached_timing(problem: Problem, device: str, scale: str, *, kind: str, options: Any) -> Timing | None:
+    """The cached baseline, if one can be trusted (`read_entry`)."""
+    path, key = _entry_path(problem, device, scale, kind, options)
+    return read_entry(path, key)
+
+
+def baseline_worker(problem: Problem, device: str, scale: str, *, kind: str, options: Any) -> Worker:
+    """The (not yet started) clean child that times the reference: no candidate code, the grader's own sandbox."""
     from metakernel.grader import timing
     from metakernel.grader.evaluate import exchange_sizes
 
     sizes = exchange_sizes(problem, device, scale, timing.ROW)
-    worker = Worker(kind=kind, path=problem.path, device=device, start_timeout=options.start_timeout_s,
-                    in_bytes=sizes.in_bytes, out_bytes=sizes.out_bytes, slots=sizes.slots,
-                    require_isolation=getattr(options, "require_isolation", None))
+    return Worker(kind=kind, path=problem.path, device=device, start_timeout=options.start_timeout_s,
+                  in_bytes=sizes.in_bytes, out_bytes=sizes.out_bytes, slots=sizes.slots,
+                  require_isolation=getattr(options, "require_isolation", None))
+
+
+def eager_timing(problem: Problem, device: str, scale: str, *, kind: str, options: Any,
+                 use_cache: bool = True, ahead: StartingWorker | None = None) -> Timing | None:
+    """Median time of the reference (kind "eager") or its torch.compile form (kind "compile").
+
+    `ahead`: its clean child, started earlier (`baseline_worker` in a `StartingWorker`), so that its imports
+    overlapped the candidate's checks; used, or closed when the cache already holds the baseline.
+    """
+    path, key = _entry_path(problem, device, scale, kind, options)
+    if use_cache:
+        cached = read_entry(path, key)
+        if cached is not None:
+            if ahead is not None:
+                ahead.discard()
+            return cached
+    from metakernel.grader import timing
+
+    worker = ahead.worker if ahead is not None else baseline_worker(problem, device, scale, kind=kind,
+                                                                     options=options)
     try:
-        worker.start()
+        if ahead is not None:
+            ahead.result()
+        else:
+            worker.start()
 
         def draws(count: int) -> list[list[Any]]:
             return [fresh_copies(problem, fresh_draw(problem, device, scale)) for _ in range(count)]

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Iterator
 from dataclasses import asdict
 from multiprocessing.connection import Connection
@@ -331,6 +332,46 @@ class Worker:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class StartingWorker:
+    """A Worker whose start (imports, sandbox, arenas) runs in a background thread while other work goes on."""
+
+    def __init__(self, worker: Worker) -> None:
+        import threading
+
+        self.worker = worker
+        self._ready: dict[str, Any] | None = None
+        self._error: WorkerFailure | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._ready = self.worker.start()
+        except WorkerFailure as exc:
+            self._error = exc
+        except Exception as exc:  # noqa: BLE001 - ours (e.g. no GPU memory left for the arenas): never charged
+            self._error = WorkerFailure("infra_error", "starting the grading process failed (not the kernel's "
+                                        "fault):\n" + "".join(traceback.format_exception(exc, limit=-4)).rstrip(),
+                                        "start")
+
+    def wait(self) -> None:
+        """Until the start has finished, either way."""
+        self._thread.join()
+
+    def result(self) -> tuple[Worker, dict[str, Any]]:
+        """Wait for the start; the started worker and its ready message, or the start's failure."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._ready is not None
+        return self.worker, self._ready
+
+    def discard(self) -> None:
+        """Stop a child that will not be used."""
+        self._thread.join()
+        self.worker.close()
 
 
 def _remove_tree(path: Path) -> None:
