@@ -620,14 +620,33 @@ def test_the_eager_child_starts_early_and_is_stopped_when_the_grading_ends_befor
     wrong = grade(problem, "tirx", _kernel(tmp_path, "zeros"), device="cpu", options=FAST)
     assert wrong.status == "wrong" and len(made) == 1 and made[0].worker.kind == "eager"
     deadline = time.monotonic() + 120
-    while made[0].worker.conn is not None and time.monotonic() < deadline:  # stopped in the background
-        time.sleep(0.2)
-    assert made[0].worker.conn is None and made[0].worker.proc.poll() is not None
+    child = made[0].worker
+    while (child.conn is not None or child.proc is None or child.proc.poll() is None) and time.monotonic() < deadline:
+        time.sleep(0.2)  # stopped in the background
+    assert child.conn is None and child.proc.poll() is not None
     passed = grade(problem, "tirx", _kernel(tmp_path, "correct"), device="cpu", options=FAST)
     assert passed.status == "passed" and passed.eager is not None and len(made) == 2  # measured by that child
     assert made[1].worker.conn is None  # used and closed
     again = grade(problem, "tirx", _kernel(tmp_path, "correct"), device="cpu", options=FAST)
     assert again.status == "passed" and len(made) == 2  # cached: no child
+
+
+def test_an_eager_child_that_failed_to_start_for_our_reasons_is_an_infra_error(problem, tmp_path, monkeypatch):
+    """Not a pass without a baseline: the grading is the grader's failure, as when the child started in line."""
+    from metakernel.grader import worker
+
+    monkeypatch.setenv("METAKERNEL_CACHE_DIR", str(tmp_path / "cache"))
+    real = worker.Worker.start
+
+    def start(self):
+        if self.kind == "eager":
+            raise RuntimeError("no GPU memory left for the arenas")
+        return real(self)
+
+    monkeypatch.setattr(worker.Worker, "start", start)
+    report = grade(problem, "tirx", _kernel(tmp_path, "correct"), device="cpu", options=FAST)
+    assert (report.status, report.reason) == ("infra_error", "harness"), report.agent_text()
+    assert "arenas" in report.message
 
 
 def test_running_out_of_memory_is_the_grader_s_fault_while_the_grader_holds_the_gpu(problem, tmp_path, monkeypatch):

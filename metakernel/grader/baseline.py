@@ -142,7 +142,9 @@ def eager_timing(problem: Problem, device: str, scale: str, *, kind: str, option
                 result.gpu_only_us = sum(us for _, us in reply.get("kernels", [])) or None
             except WorkerFailure:
                 pass  # the eager timing stands; only its GPU-only time stays unknown
-    except WorkerFailure:
+    except WorkerFailure as exc:
+        if exc.status == "infra_error" and exc.reason == "start":  # our own error while starting it ahead (no
+            raise RuntimeError(exc.text) from exc  # memory for its arenas): the grading's infra_error, as before
         return None
     finally:
         worker.close()
