@@ -3,8 +3,8 @@
 The audit draw copies every DSL launch's tensor arguments before the launch runs. An argument that already holds
 an output's value — within the output's comparator, rescaled and shifted element by element (a·answer + b, a ≠ 0),
 bit for bit with its elements reordered (a transpose, a reshape, a permutation), as the first or last block of a
-padded buffer, in a wider float type that narrows to it, or (integers) shifted by a constant — means the DSL only
-passes on what eager code computed.
+padded buffer, in a wider float type that narrows to it (as is, padded, transposed or reordered), or
+(integers) shifted by a constant — means the DSL only passes on what eager code computed.
 (Reordered and rescaled at once is not tested: sorted samples of two similar distributions fit an affine line
 closely, which would flag honest intermediates.)
 Arguments equal to a problem input are skipped (a problem whose output is a copy of an input would otherwise
@@ -116,6 +116,23 @@ def _shifted(arg: torch.Tensor, ref: torch.Tensor) -> bool:
     return bool((diff == diff[0]).all())
 
 
+def _narrowed_form(arg: torch.Tensor, ref: torch.Tensor) -> bool:
+    """A wider float argument that, narrowed to the answer's dtype, is the answer padded or reordered.
+
+    (Narrowed as is, it is found by `token_output`'s own comparison. Rescaled as well is not found: the narrow
+    answer's rounding lies above the affine fit's tolerance, which a looser one would pass to honest intermediates.)
+    """
+    if not (arg.is_floating_point() and ref.is_floating_point() and arg.element_size() > ref.element_size()):
+        return False
+    if arg.numel() < max(ref.numel(), MIN_ELEMENTS):
+        return False
+    narrowed = arg.reshape(-1).to(ref.dtype)
+    if _holds_block(narrowed, ref):
+        return True
+    return narrowed.numel() == ref.numel() and bool(torch.equal(torch.sort(_bits(narrowed)).values,
+                                                                torch.sort(_bits(ref.to(arg.device))).values))
+
+
 def token_output(arg: torch.Tensor, inputs: list[Any], expected: Expected, mutates: tuple[str, ...]) -> str | None:
     """The name of the output `arg` already holds (in any of the forms above), or None."""
     if arg.numel() < 1 or _is_input(arg, inputs):
@@ -127,6 +144,8 @@ def token_output(arg: torch.Tensor, inputs: list[Any], expected: Expected, mutat
         if not ref.numel() or bool((ref == 0).all()):
             continue
         if _holds_block(arg, ref):
+            return name
+        if _narrowed_form(arg, ref):
             return name
         if arg.numel() != ref.numel():
             continue
