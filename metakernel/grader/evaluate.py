@@ -521,17 +521,19 @@ class Evaluation:
             try:
                 if not isinstance(spec, dict) or leaf_kinds(spec) - allowed:
                     raise ValueError("not a tensor copy")
-                if key(spec) not in unpacked:
-                    unpacked[key(spec)] = unpack_value(spec, blobs, arena).to(self.device)
-                return unpacked[key(spec)]
+                k = key(spec)
+                if k not in unpacked:
+                    unpacked[k] = unpack_value(spec, blobs, arena).to(self.device)
+                return unpacked[k]
             except (ValueError, KeyError, TypeError) as exc:
                 self.end("rule_violation", "output_type", f"the audit's reply put launch arguments where the "
                          f"grader does not read them ({exc})")
 
         def token(spec: Any, arg: Any) -> str | None:
-            if key(spec) not in verdicts:
-                verdicts[key(spec)] = token_output(arg, inputs, expected, self.problem.mutates)
-            return verdicts[key(spec)]
+            k = key(spec)
+            if k not in verdicts:
+                verdicts[k] = token_output(arg, inputs, expected, self.problem.mutates)
+            return verdicts[k]
 
         written: dict[int, tuple[Any, tuple[str, ...]]] = {}  # address -> (what a launch left there, its unit)
         for launch, record in enumerate(reply.get("audited") or []):
