@@ -273,7 +273,8 @@ def _arena_bytes(problem: Any) -> int:
 class Prefetch:
     """Children for the next files of a run, started ahead (each for exactly one file).
 
-    The next file's always; up to PREFETCH_DEPTH files while the arenas they hold stay under PREFETCH_ARENA_BYTES.
+    The next file's unless its own arenas pass PREFETCH_ARENA_BYTES (problem 42's 8.8 GB held beside its twin's
+    grading ran an 80 GB H100 out of memory); up to PREFETCH_DEPTH files while the arenas they hold stay under it.
     """
 
     def __init__(self, start: Any, arena_bytes: Any, depth: int = PREFETCH_DEPTH,
@@ -297,8 +298,8 @@ class Prefetch:
                 continue
             size = self.arena_bytes(sol)
             held = sum(b for _, b in self.waiting.values())
-            if position > 0 and held + size > self.budget:
-                break
+            if size > self.budget or (position > 0 and held + size > self.budget):
+                break  # a child this large starts in line, when the grading before it has let go of the GPU
             child = self.start(sol)
             self.waiting[sol.key] = (child, size if child is not None else 0)
         return current

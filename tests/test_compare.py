@@ -299,3 +299,40 @@ def test_topk_problem_end_to_end(tmp_path):
     v = compare((w, bad), {}, exp)
     assert not v.passed and {o.name for o in v.outputs if not o.passed} >= {"ids"}
     assert math.isfinite(v.outputs[0].max_error or 0.0)
+
+
+@pytest.mark.parametrize("case", ["pass", "over", "nonfinite", "anchor_nan", "ref_overflow"])
+def test_float_rule_in_slices_decides_as_the_whole_output_does(monkeypatch, case):
+    """The rule runs CHUNK elements at a time (bounded float64 temporaries); verdict, first index, counts and errors
+    are those of one pass over the whole output, whichever slice holds the first failure."""
+    import metakernel.compare as cmp
+
+    gen = torch.Generator().manual_seed(7)
+    anchor = torch.randn(6, 7, 5, dtype=torch.float64, generator=gen)
+    ref = anchor.to(torch.bfloat16)
+    cand = anchor.to(torch.bfloat16).clone()
+    if case == "over":
+        cand[3, 2, 1] += 1.0
+        cand[5, 6, 4] -= 2.0
+        cand[1, 0, 0] += 0.5
+    if case == "nonfinite":
+        cand[2, 2, 2] = float("nan")
+        cand[4, 0, 3] = float("inf")
+        cand[0, 1, 1] += 3.0  # a tolerance failure earlier in order: the NaN/Inf still decides
+    if case == "anchor_nan":
+        anchor[3, 3, 3] = float("nan")
+        cand[3, 3, 3] = 1.0
+    if case == "ref_overflow":
+        ref = ref.clone()
+        ref[4, 4, 4] = float("inf")
+    cand = cand.transpose(0, 2).contiguous().transpose(0, 2)  # a non-contiguous output: logical order still counts
+
+    whole = cmp.compare_float("y", cand, anchor, ref)
+    monkeypatch.setattr(cmp, "CHUNK", 16)
+    sliced = cmp.compare_float("y", cand, anchor, ref)
+    assert repr(sliced) == repr(whole)  # repr: NaN fields compare equal there
+    assert whole[0].passed == (case in ("pass", "ref_overflow"))
+    if case == "over":
+        assert whole[1].index == (1, 0, 0) and whole[1].count == 3
+    if case == "nonfinite":
+        assert whole[1].index == (2, 2, 2) and whole[1].count == 2

@@ -687,6 +687,59 @@ def test_a_child_started_ahead_that_fails_for_our_reasons_is_an_infra_error(prob
     assert "allocating the arenas" in report.message
 
 
+def test_a_child_started_ahead_that_ran_out_of_gpu_memory_is_started_again_alone(problem, tmp_path, monkeypatch):
+    """On an H100 problem 25's TIRx gold failed its import with a CUDA out-of-memory error in a child started while
+    the grading before it held the card, and was charged a compile_error. Such a child is started again in line;
+    only that start's own failure is the kernel's."""
+    from metakernel.grader import evaluate, worker
+
+    real = worker.Worker.start
+    starts = []
+
+    def start(self):
+        starts.append(self)
+        if len(starts) == 1:
+            raise worker.WorkerFailure("compile_error", "torch.AcceleratorError: CUDA error: out of memory")
+        return real(self)
+
+    monkeypatch.setattr(worker.Worker, "start", start)
+    kernel = _kernel(tmp_path, "correct")
+    report = grade(problem, "tirx", kernel, device="cpu", options=FAST,
+                   prestarted=evaluate.PendingWorker(problem, "tirx", kernel, "cpu", FAST))
+    assert report.status == "passed" and len(starts) == 2, report.agent_text()
+
+    def always(self):
+        raise worker.WorkerFailure("compile_error", "torch.AcceleratorError: CUDA error: out of memory")
+
+    monkeypatch.setattr(worker.Worker, "start", always)
+    monkeypatch.setattr(evaluate, "grader_gpu_bytes", lambda device: None)  # no GPU held: the kernel's own doing
+    again = grade(problem, "tirx", kernel, device="cpu", options=FAST,
+                  prestarted=evaluate.PendingWorker(problem, "tirx", kernel, "cpu", FAST))
+    assert (again.status, again.reason) == ("compile_error", "compile"), again.agent_text()
+    monkeypatch.setattr(evaluate, "grader_gpu_bytes", lambda device: (40 << 30, 80 << 30))
+    held = grade(problem, "tirx", kernel, device="cpu", options=FAST)
+    assert (held.status, held.reason) == ("infra_error", "grader_memory"), held.agent_text()
+
+
+def test_a_large_problem_s_eager_child_is_not_started_ahead(problem, tmp_path, monkeypatch):
+    """Its arenas beside the candidate's and the timed draws ran the grader out of memory (problem 42 on an H100):
+    above EAGER_AHEAD_ARENA_BYTES the baseline's child starts in line, after the candidate's timing."""
+    from metakernel.grader import evaluate
+
+    monkeypatch.setenv("METAKERNEL_CACHE_DIR", str(tmp_path / "cache"))
+    made = []
+
+    class Recorded(evaluate.StartingWorker):
+        def __init__(self, worker):
+            made.append(self)
+            super().__init__(worker)
+
+    monkeypatch.setattr(evaluate, "StartingWorker", Recorded)
+    monkeypatch.setattr(evaluate, "EAGER_AHEAD_ARENA_BYTES", 0)
+    report = grade(problem, "tirx", _kernel(tmp_path, "correct"), device="cpu", options=FAST)
+    assert report.status == "passed" and report.eager is not None and not made, report.agent_text()
+
+
 def test_a_launch_the_outputs_do_not_depend_on_is_not_dsl_work(problem, tmp_path):
     """The per-unit ablation: a second compiled kernel that only burns time on scratch memory (to pad the DSL's
     share of the GPU time) is found idle; the kernel that computes the answer is required."""

@@ -109,3 +109,8 @@ def test_children_are_started_ahead_for_the_next_files_within_the_memory_budget(
     # a run cut short by its budget stops whatever is still waiting
     ahead.close()
     assert discarded == ["36/correct/cute.py"] and not ahead.waiting
+    # a child whose own arenas pass the budget is never started ahead: it starts in line, alone
+    big = [sol("42/correct/cute.py", "gold"), sol("42/correct/tirx.py", "gold")]
+    sizes["42/correct/tirx.py"] = 9 << 30
+    assert ahead.take(big) is None and "42/correct/tirx.py" not in started
+    assert ahead.take(big[1:]) is None

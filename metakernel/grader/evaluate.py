@@ -34,7 +34,7 @@ from metakernel.grader import kernels as kernel_names
 from metakernel.grader.baseline import baseline_worker, cached_timing, eager_timing
 from metakernel.grader.report import PROTOCOL, GradeReport
 from metakernel.grader.static import check_source
-from metakernel.grader.timing import bracket_settings, knobs, measure, profile_kernels, row_size, seeded_draw
+from metakernel.grader.timing import ROW, bracket_settings, knobs, measure, profile_kernels, row_size, seeded_draw
 from metakernel.grader.transport import leaf_kinds, unpack_value
 from metakernel.grader.worker import StartingWorker, Worker, WorkerFailure
 from metakernel.hardware import H200
@@ -186,6 +186,12 @@ OUT_OF_MEMORY = ("OutOfMemoryError", "out of memory")
 GRADER_MEMORY_SHARE = 0.25
 
 
+#: The eager baseline's child is started ahead (`Evaluation.start_baseline_ahead`) only while its arenas, held by
+#: this process beside the candidate's and the timed draws, stay under this: problem 42 (2 GB a draw, 8.8 GB of
+#: arenas a child) ran out of memory in the grader on an 80 GB H100 with both children's arenas held.
+EAGER_AHEAD_ARENA_BYTES = 4 << 30
+
+
 def grader_gpu_bytes(device: str) -> tuple[int, int] | None:
     """(bytes this process holds on the GPU after returning its cache, the GPU's total), or None off the GPU."""
     if device != "cuda" or not torch.cuda.is_available():
@@ -221,7 +227,7 @@ class Evaluation:
         copy = getattr(self.worker, "path", None) if self.worker is not None else None
         if copy is not None and message:  # tracebacks name the child's copy: show the user's own file instead
             message = message.replace(str(copy), str(self.kernel))
-        if status in ("runtime_error", "timeout") and any(m in message for m in OUT_OF_MEMORY):
+        if status in ("runtime_error", "timeout", "compile_error") and any(m in message for m in OUT_OF_MEMORY):
             held = grader_gpu_bytes(self.device)
             if held is not None and held[0] > GRADER_MEMORY_SHARE * held[1]:
                 status, reason = "infra_error", "grader_memory"
@@ -245,10 +251,21 @@ class Evaluation:
                      violations=[v.text() for v in result.violations])
 
     def start(self, prestarted: PendingWorker | None = None) -> None:
+        """The candidate's child, ready: the one started ahead, or a fresh one.
+
+        A child started ahead that ran out of GPU memory did so beside the grading before this one (on an H100,
+        problem 25's TIRx gold failed its import so while problem 24's grading held the card): it is started again
+        here, alone, and only that start's failure is the kernel's.
+        """
         try:
             if prestarted is not None:
-                self.worker, ready = prestarted.result()
-            else:
+                try:
+                    self.worker, ready = prestarted.result()
+                except WorkerFailure as exc:
+                    if exc.status == "infra_error" or not any(m in exc.text for m in OUT_OF_MEMORY):
+                        raise  # the grader's failure already, or the kernel's own
+                    prestarted = None
+            if prestarted is None:
                 self.worker = candidate_worker(self.problem, self.dsl, self.kernel, self.device, self.o)
                 ready = self.worker.start()
         except WorkerFailure as exc:
@@ -402,6 +419,9 @@ class Evaluation:
             return
         if cached_timing(self.problem, self.device, self.scale, kind="eager", options=self.o) is not None:
             return
+        sizes = exchange_sizes(self.problem, self.device, self.scale, ROW)
+        if (sizes.in_bytes + sizes.out_bytes) * sizes.slots > EAGER_AHEAD_ARENA_BYTES:
+            return  # its arenas beside the candidate's and the timed draws ran the grader out of GPU memory
         self.eager_ahead = StartingWorker(baseline_worker(self.problem, self.device, self.scale, kind="eager",
                                                           options=self.o))
 
