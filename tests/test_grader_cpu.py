@@ -696,17 +696,21 @@ def test_a_child_started_ahead_that_ran_out_of_gpu_memory_is_started_again_alone
     real = worker.Worker.start
     starts = []
 
+    freed_first = []
+
     def start(self):
         starts.append(self)
         if len(starts) == 1:
             raise worker.WorkerFailure("compile_error", "torch.AcceleratorError: CUDA error: out of memory")
+        freed_first.append(not starts[0].tmp.exists())  # let go of before the fresh child starts
         return real(self)
 
     monkeypatch.setattr(worker.Worker, "start", start)
     kernel = _kernel(tmp_path, "correct")
-    report = grade(problem, "tirx", kernel, device="cpu", options=FAST,
-                   prestarted=evaluate.PendingWorker(problem, "tirx", kernel, "cpu", FAST))
+    ahead = evaluate.PendingWorker(problem, "tirx", kernel, "cpu", FAST)
+    report = grade(problem, "tirx", kernel, device="cpu", options=FAST, prestarted=ahead)
     assert report.status == "passed" and len(starts) == 2, report.agent_text()
+    assert freed_first == [True]
 
     def always(self):
         raise worker.WorkerFailure("compile_error", "torch.AcceleratorError: CUDA error: out of memory")

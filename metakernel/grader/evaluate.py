@@ -264,6 +264,7 @@ class Evaluation:
                 except WorkerFailure as exc:
                     if exc.status == "infra_error" or not any(m in exc.text for m in OUT_OF_MEMORY):
                         raise  # the grader's failure already, or the kernel's own
+                    prestarted.discard()  # its arenas go back before the fresh child's are drawn
                     prestarted = None
             if prestarted is None:
                 self.worker = candidate_worker(self.problem, self.dsl, self.kernel, self.device, self.o)
