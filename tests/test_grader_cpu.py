@@ -602,10 +602,9 @@ def test_the_audit_sends_an_argument_the_launch_left_alone_once(problem, tmp_pat
             ev.worker.close()
 
 
-def test_the_eager_child_starts_early_and_is_stopped_when_the_grading_ends_before_its_baseline(problem, tmp_path,
-                                                                                                monkeypatch):
-    """A grading that will measure its problem's eager baseline starts that clean child before its correctness
-    phase; one that ends early (a wrong kernel) stops it without waiting for it, and a cached baseline starts none."""
+@pytest.fixture
+def started_ahead(monkeypatch, tmp_path):
+    """The children gradings start in the background (StartingWorker), recorded in order; a fresh baseline cache."""
     from metakernel.grader import evaluate
 
     monkeypatch.setenv("METAKERNEL_CACHE_DIR", str(tmp_path / "cache"))
@@ -617,6 +616,14 @@ def test_the_eager_child_starts_early_and_is_stopped_when_the_grading_ends_befor
             super().__init__(worker)
 
     monkeypatch.setattr(evaluate, "StartingWorker", Recorded)
+    return made
+
+
+def test_the_eager_child_starts_early_and_is_stopped_when_the_grading_ends_before_its_baseline(problem, tmp_path,
+                                                                                                started_ahead):
+    """A grading that will measure its problem's eager baseline starts that clean child before its correctness
+    phase; one that ends early (a wrong kernel) stops it without waiting for it, and a cached baseline starts none."""
+    made = started_ahead
     wrong = grade(problem, "tirx", _kernel(tmp_path, "zeros"), device="cpu", options=FAST)
     assert wrong.status == "wrong" and len(made) == 1 and made[0].worker.kind == "eager"
     deadline = time.monotonic() + 120
@@ -725,20 +732,12 @@ def test_a_child_started_ahead_that_ran_out_of_gpu_memory_is_started_again_alone
     assert (held.status, held.reason) == ("infra_error", "grader_memory"), held.agent_text()
 
 
-def test_a_large_problem_s_eager_child_is_not_started_ahead(problem, tmp_path, monkeypatch):
+def test_a_large_problem_s_eager_child_is_not_started_ahead(problem, tmp_path, monkeypatch, started_ahead):
     """Its arenas beside the candidate's and the timed draws ran the grader out of memory (problem 42 on an H100):
     above EAGER_AHEAD_ARENA_BYTES the baseline's child starts in line, after the candidate's timing."""
     from metakernel.grader import evaluate
 
-    monkeypatch.setenv("METAKERNEL_CACHE_DIR", str(tmp_path / "cache"))
-    made = []
-
-    class Recorded(evaluate.StartingWorker):
-        def __init__(self, worker):
-            made.append(self)
-            super().__init__(worker)
-
-    monkeypatch.setattr(evaluate, "StartingWorker", Recorded)
+    made = started_ahead
     monkeypatch.setattr(evaluate, "EAGER_AHEAD_ARENA_BYTES", 0)
     report = grade(problem, "tirx", _kernel(tmp_path, "correct"), device="cpu", options=FAST)
     assert report.status == "passed" and report.eager is not None and not made, report.agent_text()
