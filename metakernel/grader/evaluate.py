@@ -254,7 +254,7 @@ class Evaluation:
         """The candidate's child, ready: the one started ahead, or a fresh one.
 
         A child started ahead that ran out of GPU memory did so beside the grading before this one (on an H100,
-        problem 25's TIRx gold failed its import so while problem 24's grading held the card): it is started again
+        problem 25's TIRx gold failed its import so while problem 25's CuTe grading held the card): it is started again
         here, alone, and only that start's failure is the kernel's.
         """
         try:
