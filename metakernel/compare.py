@@ -123,8 +123,7 @@ def _first(mask: torch.Tensor) -> tuple[int, ...] | None:
     flat = mask.reshape(-1).nonzero()
     if flat.numel() == 0:
         return None
-    i = int(flat[0, 0])
-    return tuple(int(x) for x in torch.unravel_index(torch.tensor(i), mask.shape)) if mask.dim() else ()
+    return _index(int(flat[0, 0]), mask.shape)
 
 
 def _at(t: torch.Tensor, index: tuple[int, ...]) -> float:

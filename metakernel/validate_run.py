@@ -266,8 +266,7 @@ def _arena_bytes(problem: Any) -> int:
     from metakernel.grader import timing
     from metakernel.grader.evaluate import exchange_sizes
 
-    sizes = exchange_sizes(problem, "cuda", "full", timing.ROW)
-    return (sizes.in_bytes + sizes.out_bytes) * sizes.slots
+    return exchange_sizes(problem, "cuda", "full", timing.ROW).arena_bytes
 
 
 class Prefetch:

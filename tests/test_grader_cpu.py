@@ -701,9 +701,7 @@ def test_a_child_started_ahead_that_ran_out_of_gpu_memory_is_started_again_alone
     from metakernel.grader import evaluate, worker
 
     real = worker.Worker.start
-    starts = []
-
-    freed_first = []
+    starts, freed_first = [], []
 
     def start(self):
         starts.append(self)

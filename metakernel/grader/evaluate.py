@@ -135,6 +135,11 @@ class Sizes:
     out_bytes: int
     slots: int
 
+    @property
+    def arena_bytes(self) -> int:
+        """The GPU memory one child's two arenas take in the parent: what a child started ahead adds there."""
+        return (self.in_bytes + self.out_bytes) * self.slots
+
 
 _SIZES: dict[tuple[str, str, str, int], Sizes] = {}
 
@@ -420,8 +425,7 @@ class Evaluation:
             return
         if cached_timing(self.problem, self.device, self.scale, kind="eager", options=self.o) is not None:
             return
-        sizes = exchange_sizes(self.problem, self.device, self.scale, ROW)
-        if (sizes.in_bytes + sizes.out_bytes) * sizes.slots > EAGER_AHEAD_ARENA_BYTES:
+        if exchange_sizes(self.problem, self.device, self.scale, ROW).arena_bytes > EAGER_AHEAD_ARENA_BYTES:
             return  # its arenas beside the candidate's and the timed draws ran the grader out of GPU memory
         self.eager_ahead = StartingWorker(baseline_worker(self.problem, self.device, self.scale, kind="eager",
                                                           options=self.o))
