@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One shard of the H200 gold + wrong + red-team validation: run on the device machine from the checkout root.
 #
-#   METAKERNEL_REVISION=<commit> [STATE=.dev/state/h200-gold.json] [BUDGET=480] bash scripts/h200_validate_gold.sh [SELECTION...]
+#   METAKERNEL_REVISION=<commit> [STATE=.dev/state/h200-gold.json] [SEED=validation/<report>.json] [BUDGET=480] \
+#     bash scripts/h200_validate_gold.sh [SELECTION...]
 #
 # Prints the sandbox's isolation self-test first, then grades solutions/ (gold must pass, wrong and red-team files
 # must be rejected as their docstrings say), resuming, re-grading entries of another grader, and stopping new
@@ -9,13 +10,17 @@
 #
 # Where the report lives: the grading writes it after every file under $OUT (so a call stopped at its time limit
 # still brings back every finished grading), starting from $STATE when that exists (a git-ignored file the warm
-# device machine keeps between calls), else from the committed validation/h200-gold.json carried in with the tree;
+# device machine keeps between calls), else from $SEED (a committed report carried in with the tree: a validation
+# that spans device sessions resumes from the last session's, e.g. validation/h100-gold-<commit>.json), else from
+# validation/h200-gold.json;
 # at the end the report is copied back to $STATE for the next call. Without $OUT, it is $STATE itself.
 set -uo pipefail
 STATE=${STATE:-${REPORT:-.dev/state/h200-gold.json}}
 mkdir -p "$(dirname "$STATE")"
-if [ ! -f "$STATE" ] && [ "$STATE" != validation/h200-gold.json ]; then
-  cp validation/h200-gold.json "$STATE" 2>/dev/null || true
+SEED=${SEED:-validation/h200-gold.json}
+if [ ! -f "$SEED" ]; then echo "h200_validate_gold: no report at SEED=$SEED" >&2; exit 2; fi
+if [ ! -f "$STATE" ] && [ "$STATE" != "$SEED" ]; then
+  cp "$SEED" "$STATE"
 fi
 report=$STATE
 if [ -n "${OUT:-}" ]; then
