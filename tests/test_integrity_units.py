@@ -110,6 +110,18 @@ def test_randomize_ablation_restores_what_the_launch_did_not_write():
     assert torch.equal(read, before) and torch.equal(written, result)
 
 
+def test_randomize_ablation_changes_one_element_integers_and_bools():
+    """A launch whose only tensor is a one-element flag it zeroes (the outputs add it) was never randomised, so
+    the ablation said "not conclusive" (session 21's red-teamer): flags and masks are randomised too."""
+    gate = LaunchGate(mode="run", randomize=True)
+    flag, mask = torch.zeros(1, dtype=torch.int64), torch.ones(64, dtype=torch.bool)
+    assert gate.should_launch((flag, mask))
+    assert gate.randomized == 2 and int(flag) != 0 and not bool(mask.all())
+    flag.zero_()  # the "kernel" writes the flag back; the mask it only reads
+    gate.after_launch()
+    assert int(flag) == 0 and bool(mask.all())
+
+
 def test_a_suppressed_launch_garbles_what_it_would_have_written_but_not_the_inputs():
     """Suppression must not leave an output buffer as the allocator handed it out: memory that held an eager
     answer (a temporary freed just before) then reads as "correct with the DSL suppressed" on some runs and not on

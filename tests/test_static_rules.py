@@ -269,6 +269,16 @@ def test_undefined_names_are_refused(snippet: str, needle: str) -> None:
     ("import typing\nh = typing.get_type_hints(f)", "forbidden attribute .get_type_hints"),
     ("d = dict(__torch_function__=f)", "keyword argument __torch_function__"),
     ("import dataclasses\nC = dataclasses.make_dataclass('C', [])", "dynamic class creation"),
+    # session 21's red-teamer: module globals and attributes written by stdlib helpers, from their own frames
+    ("import enum\nE = enum.Enum('E', [('json', 1)], module='m')\nenum.global_enum(E)",
+     "forbidden attribute .global_enum"),
+    ("from enum import global_enum", "forbidden attribute .global_enum"),
+    ("p = cutlass.base_dsl.argparse.ArgumentParser()", "forbidden attribute .argparse"),
+    ("p.add_argument('--r', dest='clone')\np.parse_args(['--r', '1'], namespace=torch.Tensor)",
+     "forbidden attribute .parse_args"),
+    ("import functools\nfunctools.total_ordering(torch.Tensor)", "forbidden attribute .total_ordering"),
+    ("import dataclasses\ndataclasses.dataclass(torch.Tensor)", "dataclass() of a class this file does not define"),
+    ("from dataclasses import dataclass\nC = dataclass(eq=True)(torch.Tensor)", "dataclass() of a class this file"),
 ])
 def test_computed_attribute_names_are_refused(snippet: str, needle: str) -> None:
     rejected(snippet, needle)

@@ -142,10 +142,16 @@ class LaunchGate:
             saved = tensor.clone()
             if tensor.is_floating_point():
                 tensor.copy_(torch.randn(tensor.shape, device=tensor.device).to(tensor.dtype))
-            elif tensor.dtype != torch.bool and tensor.numel() > 1:
+            elif tensor.dtype == torch.bool:
+                tensor.copy_(torch.rand(tensor.shape, device=tensor.device) < 0.5)
+            elif tensor.numel() > 1:
                 flat = tensor.reshape(-1)
                 perm = torch.randperm(flat.numel(), device=tensor.device)
                 tensor.copy_(flat[perm].reshape(tensor.shape))
+            elif not tensor.is_complex():
+                # a one-element integer (a flag or a count) moves by a small nonzero step: a red-teamer's launch
+                # that only zeroed a flag its outputs add was never randomised, so the ablation said nothing
+                tensor.add_(int(torch.randint(1, 100, (1,)).item()))  # below 128: no 8-bit wrap to itself
             else:
                 continue
             self._restore.append((tensor, saved, tensor.clone()))

@@ -92,6 +92,13 @@ FEATURE_ATTRIBUTES: dict[str, str] = {
                     "attribute access or evaluation by computed name"),
     **dict.fromkeys(("format", "format_map"), "str.format reads attributes named in a string: use an f-string"),
     **dict.fromkeys(("make_dataclass", "new_class"), "dynamic class creation: write a class statement"),
+    # stdlib helpers that write attributes or module globals named by data (a red-teamer's enum.global_enum wrote
+    # the harness's module dict; argparse set torch.Tensor.clone by a computed dest)
+    **dict.fromkeys(("global_enum", "global_enum_repr", "global_flag_repr", "global_str", "total_ordering",
+                     "argparse", "ArgumentParser", "Namespace", "parse_args", "parse_known_args",
+                     "parse_intermixed_args", "parse_known_intermixed_args", "add_argument", "Formatter",
+                     "get_field", "vformat", "SimpleNamespace"),
+                    "sets attributes or module globals named by data: assign names of your own"),
 }
 #: Classes of names, refused on any object.
 ATTRIBUTE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -451,6 +458,14 @@ class _Checker:
 
     def _call(self, n: ast.Call) -> None:
         func = n.func
+        called = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+        if called == "dataclass":  # it sets attributes on the class it is given: only a class of this file's own
+            parent = self.parents.get(id(n))
+            decorating = isinstance(parent, ast.ClassDef) and any(d is n for d in parent.decorator_list)
+            if not (decorating and not n.args) and not (n.args and all(
+                    isinstance(a, ast.Name) and self.bound.get(a.id) == {"class"} for a in n.args)):
+                self.flag(n, "dataclass() sets attributes on the class it is given: decorate a class of your own",
+                          "dataclass() of a class this file does not define")
         if not isinstance(func, ast.Name) or func.id not in ("getattr", "hasattr", "type", "super"):
             return
         name = n.args[1] if len(n.args) in (2, 3) and func.id in ("getattr", "hasattr") else None
