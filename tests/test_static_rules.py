@@ -279,6 +279,11 @@ def test_undefined_names_are_refused(snippet: str, needle: str) -> None:
     ("import functools\nfunctools.total_ordering(torch.Tensor)", "forbidden attribute .total_ordering"),
     ("import dataclasses\ndataclasses.dataclass(torch.Tensor)", "dataclass() of a class this file does not define"),
     ("from dataclasses import dataclass\nC = dataclass(eq=True)(torch.Tensor)", "dataclass() of a class this file"),
+    ("import enum\nU = '_' + '_'\nR = enum.Enum('R', [(U + 'reduce_ex' + U, f), ('a', 1)])", "with member names"),
+    ("from enum import IntEnum\nR = IntEnum('R', 'a b')", "with member names"),
+    ("import enum\nclass Base(enum.Enum):\n    A = 1\nclass Sub(Base):\n    B = 2\nR = Sub('R', ['x'])",
+     "with member names"),
+    ("import dataclasses\ny = dataclasses.copy.deepcopy(x)", "forbidden attribute .deepcopy"),
 ])
 def test_computed_attribute_names_are_refused(snippet: str, needle: str) -> None:
     rejected(snippet, needle)

@@ -97,7 +97,7 @@ FEATURE_ATTRIBUTES: dict[str, str] = {
     **dict.fromkeys(("global_enum", "global_enum_repr", "global_flag_repr", "global_str", "total_ordering",
                      "argparse", "ArgumentParser", "Namespace", "parse_args", "parse_known_args",
                      "parse_intermixed_args", "parse_known_intermixed_args", "add_argument", "Formatter",
-                     "get_field", "vformat", "SimpleNamespace"),
+                     "get_field", "vformat", "SimpleNamespace", "deepcopy", "copymodule", "astuple", "asdict"),
                     "sets attributes or module globals named by data: assign names of your own"),
 }
 #: Classes of names, refused on any object.
@@ -459,6 +459,9 @@ class _Checker:
     def _call(self, n: ast.Call) -> None:
         func = n.func
         called = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+        if self._enum_class(func) and (len(n.args) > 1 or any(kw.arg != "value" for kw in n.keywords)):
+            self.flag(n, "the functional Enum API makes members of names built at run time (dunders among them): "
+                      "write an Enum class statement", f"{_unparse(func)}(...) with member names")
         if called == "dataclass":  # it sets attributes on the class it is given: only a class of this file's own
             parent = self.parents.get(id(n))
             decorating = isinstance(parent, ast.ClassDef) and any(d is n for d in parent.decorator_list)
@@ -475,6 +478,22 @@ class _Checker:
         shapes = {"super": not n.args or (len(n.args) == 2 and _is_name(n.args[1], "self")), "type": len(n.args) == 1}
         if shapes.get(func.id, constant is not None) and not n.keywords:
             self.ok_calls.add(id(func))
+
+    def _enum_class(self, func: ast.AST, seen: frozenset[str] = frozenset()) -> bool:
+        """Whether `func` names enum's classes or a class of this file derived from one.
+
+        Calling one with names is the functional API: session 21's red-teamer made `__reduce_ex__` a member.
+        """
+        if not isinstance(func, (ast.Name, ast.Attribute)):
+            return False
+        path = self._origin(func).path or ""
+        if path == "enum" or path.startswith("enum."):
+            return True
+        if not (isinstance(func, ast.Name) and self.bound.get(func.id) == {"class"}) or func.id in seen:
+            return False
+        return any(self._enum_class(base.value if isinstance(base, ast.Subscript) else base, seen | {func.id})
+                   for node in ast.walk(self.tree) if isinstance(node, ast.ClassDef) and node.name == func.id
+                   for base in node.bases)
 
     def _name(self, n: ast.Name) -> None:
         if _DUNDER.fullmatch(n.id):
