@@ -284,6 +284,8 @@ def test_undefined_names_are_refused(snippet: str, needle: str) -> None:
     ("import enum\nclass Base(enum.Enum):\n    A = 1\nclass Sub(Base):\n    B = 2\nR = Sub('R', ['x'])",
      "with member names"),
     ("import dataclasses\ny = dataclasses.copy.deepcopy(x)", "forbidden attribute .deepcopy"),
+    ("import typing\ns = typing.contextlib.ExitStack()", "forbidden attribute .contextlib"),
+    ("import typing\ntyping.warnings.simplefilter('error')", "forbidden attribute .warnings"),
 ])
 def test_computed_attribute_names_are_refused(snippet: str, needle: str) -> None:
     rejected(snippet, needle)

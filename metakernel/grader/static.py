@@ -43,7 +43,9 @@ MODULE_ATTRIBUTES: dict[str, str] = {
         "pickle marshal shelve dbm copyreg shutil pathlib io tempfile glob fileinput codecs gzip bz2 lzma zipfile "
         "tarfile sqlite3 logging signal weakref atexit traceback linecache faulthandler tracemalloc "
         "multiprocessing concurrent asyncio types operator code codeop dis mmap fcntl resource pty tty termios "
-        "platform pwd grp getpass time datetime timeit sched random secrets unittest mock pdb bdb").split(), _STDLIB),
+        "platform pwd grp getpass time datetime timeit sched random secrets unittest mock pdb bdb "
+        "contextlib warnings stdlib_re keyword redirect_stdout redirect_stderr ExitStack enter_context").split(),
+        _STDLIB),
     **dict.fromkeys((
         "f_globals f_locals f_back f_builtins f_code f_lasti f_trace tb_frame tb_next gi_frame gi_code cr_frame "
         "cr_code ag_frame ag_code co_code co_consts co_names cell_contents settrace setprofile").split(), _FRAME),
