@@ -343,6 +343,7 @@ class StartingWorker:
         self.worker = worker
         self._ready: dict[str, Any] | None = None
         self._error: WorkerFailure | None = None
+        self._ours: Exception | None = None
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
@@ -352,9 +353,8 @@ class StartingWorker:
         except WorkerFailure as exc:
             self._error = exc
         except Exception as exc:  # noqa: BLE001 - ours (e.g. no GPU memory left for the arenas): never charged
-            self._error = WorkerFailure("infra_error", "starting the grading process failed (not the kernel's "
-                                        "fault):\n" + "".join(traceback.format_exception(exc, limit=-4)).rstrip(),
-                                        "start")
+            self._ours = exc  # formatted by the caller's thread: Python 3.11's traceback formatting parses source,
+            # and a parse beside the main thread's static check trips CPython's shared AST depth counter
 
     def wait(self) -> None:
         """Until the start has finished, either way."""
@@ -363,6 +363,9 @@ class StartingWorker:
     def result(self) -> tuple[Worker, dict[str, Any]]:
         """Wait for the start; the started worker and its ready message, or the start's failure."""
         self._thread.join()
+        if self._ours is not None:
+            raise WorkerFailure("infra_error", "starting the grading process failed (not the kernel's fault):\n"
+                                + "".join(traceback.format_exception(self._ours, limit=-4)).rstrip(), "start")
         if self._error is not None:
             raise self._error
         assert self._ready is not None
