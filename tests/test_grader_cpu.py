@@ -926,3 +926,47 @@ def test_the_mask_of_a_later_draw_is_keyed_and_the_same_in_another_process():
     data = torch.randint(0, 256, (4096,), dtype=torch.uint8)
     masked = data ^ here
     assert (masked == data).float().mean() < 0.05 and torch.equal(masked ^ here, data)
+
+
+def test_ablations_and_the_audit_hide_their_call_in_a_row(problem, tmp_path):
+    """A one-draw request was told apart from a row by what the rest of the input arena held (a red-teamer's
+    `rt_tirx_lone_draw_zeroed_arena`): the ablations and the audit now send rows of timing.ROW fresh draws, their
+    own call at a random position; only that call runs in their mode and only its outputs come back."""
+    from metakernel.grader.evaluate import Evaluation
+    from metakernel.grader.timing import ROW
+
+    ev = Evaluation(problem, "tirx", _kernel(tmp_path, "correct"), "cpu", FAST)
+    sent: list[dict] = []
+    try:
+        ev.start()
+        real = ev.worker.exchange
+
+        def spy(msg, draws, timeout):
+            sent.append({**msg, "count": len(draws)})
+            return real(msg, draws, timeout)
+
+        ev.worker.exchange = spy
+        ev.correctness()
+        ev.ablation()
+        ev.audit()
+        assert ev.report.ablations == {"suppress": "outputs wrong: the DSL's values are required",
+                                       "randomize": "outputs wrong: the DSL's values are required"}
+        focused = [m for m in sent if m.get("mode", "run") != "run"]
+        assert [m["mode"] for m in focused] == ["suppress", "randomize", "audit"]
+        assert all(m["op"] == "row" and m["count"] == ROW and 0 <= m["focus"] < ROW for m in focused)
+        assert all(m["op"] == "row" and m["count"] == ROW for m in sent)  # every request has the same shape
+        # the focus call alone is suppressed: its outputs are garbage, the row's other calls launched as usual
+        x, b = ev.draw()
+        positions = set()
+        for _ in range(12):
+            reply, seen = ev._focus([x, b], "suppress")
+            positions.add(sent[-1]["focus"])
+            assert reply["ok"] and reply["launches_each"] == [1] * ROW and reply["launches"] == 1
+            assert not torch.allclose(ev.worker.outputs(reply["out"], reply["_blobs"]), 2.0 * x + b)
+            assert torch.equal(seen[0], x)
+        reply, _ = ev._focus([x, b], "run")
+        assert torch.allclose(ev.worker.outputs(reply["out"], reply["_blobs"]), 2.0 * x + b)
+        assert len(positions) > 1  # 4 ** -11 that twelve draws of the position agree
+    finally:
+        if ev.worker is not None:
+            ev.worker.close()

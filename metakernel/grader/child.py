@@ -487,6 +487,25 @@ class Child:
         out, seconds = self._bracket(inputs)
         return out, seconds, (self.gate.launches - before) if self.gate is not None else 0
 
+    def _focus_mode(self, mode: str, only: Any) -> None:
+        """The gate set for one call of a row (an ablation's or the audit's focus call), or back to "run" after it.
+
+        Unlike `_set_mode` nothing is reset: the row's launch counts and units run on, and the focus call's audited
+        copies and randomised count stay for the reply.
+        """
+        gate = self.gate
+        if gate is None:
+            return
+        if mode != "run":
+            gate.audited = []
+            gate.randomized = 0
+        gate.mode = "run" if mode in ("run", "audit", "randomize") else mode
+        if gate.mode == "run" and self.config.get("dry_run"):
+            gate.mode = "intercept"
+        gate.audit = mode == "audit"
+        gate.randomize = mode == "randomize"
+        gate.only = frozenset(str(n) for n in only) if only else None
+
     def _set_mode(self, mode: str) -> None:
         if self.gate is not None:
             self.gate.mode = mode if mode != "run" or not self.config.get("dry_run") else "intercept"
@@ -545,52 +564,7 @@ class Child:
         if mode == "intercept" and self.adapter is not None:
             reply["resources"] = self.adapter.resources()  # the check's table: what each kernel asks of an SM
         if self.gate is not None and mode == "audit":
-            sizes = list(msg.get("audit_bytes") or [])  # only arguments about the size of an output in bytes (or
-            # padded by a little), whatever their dtype, can hold one: others (caches, weights) stay here
-
-            def wanted(t: Any) -> bool:
-                return any(n <= t.nbytes <= n + max(256, n // 100) for n in sizes)
-
-            # The copies go to the output arena past the call's own outputs (slot 0), GPU to GPU: through the
-            # socket a 119 MB argument cost six host copies, and problem 28's audit took 3.5 s (docs/timing.md).
-            # What does not fit there (a problem of one arena slot) still goes by value.
-            free = [int(self.config.get("slot_bytes", 0))] if self.device == "cuda" else []
-
-            # An argument whose bytes are those last sent for the same address (a weight every launch reads, an
-            # input a launch left alone: its copy after the launch) is sent once; its spec names the same copy.
-            # Problem 34's backward kernels sent 19 s of such copies at 682b56c.
-            sent: dict[int, tuple[Any, Any, list[int], Any]] = {}  # address -> (bytes, dtype, shape, spec)
-            b = self.b
-
-            def one(t: Any, address: int) -> Any:
-                flat = b.view(b.reshape(b.contiguous(t), [-1]), b.uint8)
-                last = sent.get(address)
-                if (last is not None and last[1] == t.dtype and last[2] == list(t.shape)
-                        and b.numel(last[0]) == b.numel(flat) and b.equal(last[0], flat)):
-                    return last[3]
-                fits = bool(free) and transport.aligned(free[0]) + t.nbytes <= self.arena_out.numel()
-                if fits and t.is_cuda and transport.known_dtype(t.dtype):
-                    spec, free[0] = self._export_leaf(t, 0, free[0], self.arena_out.numel(), out_blobs)
-                else:
-                    spec = transport.pack_value(t.cpu(), out_blobs)
-                sent[address] = (flat, t.dtype, list(t.shape), spec)
-                return spec
-
-            def pack(tensors: list[Any], keep: list[int], addresses: list[int]) -> list[Any]:
-                return [one(tensors[i], addresses[i]) for i in keep]
-
-            audited = []
-            for launch in self.gate.audited:
-                keep = [i for i, t in enumerate(launch.before) if wanted(t)]
-                audited.append({"before": pack(launch.before, keep, launch.addresses), "unit": list(launch.unit),
-                                "addresses": [launch.addresses[i] for i in keep],
-                                # the same arguments once the launch finished (None: the route has no after-hook)
-                                "after": None if launch.after is None else pack(launch.after, keep,
-                                                                                launch.addresses)})
-            reply["audited"] = audited
-            reply["randomized"] = self.gate.randomized
-            if free:
-                self.b.sync()  # the parent reads the arena as soon as the reply arrives
+            self._audit_reply(msg, reply, out_blobs)
         if self.gate is not None and mode == "randomize":
             reply["randomized"] = self.gate.randomized
         steps["audit_copies"] = _perf()
@@ -601,6 +575,56 @@ class Child:
         marks = list(steps.items())
         reply["steps_s"] = {name: at - marks[i][1] for i, (name, at) in enumerate(marks[1:])}
         return reply, out_blobs
+
+    def _audit_reply(self, msg: dict[str, Any], reply: dict[str, Any], out_blobs: list[bytes]) -> None:
+        """The audit call's launch arguments, before and after each launch, copied where the parent reads them."""
+        assert self.gate is not None
+        sizes = list(msg.get("audit_bytes") or [])  # only arguments about the size of an output in bytes (or
+        # padded by a little), whatever their dtype, can hold one: others (caches, weights) stay here
+
+        def wanted(t: Any) -> bool:
+            return any(n <= t.nbytes <= n + max(256, n // 100) for n in sizes)
+
+        # The copies go to the output arena past the call's own outputs (slot 0), GPU to GPU: through the
+        # socket a 119 MB argument cost six host copies, and problem 28's audit took 3.5 s (docs/timing.md).
+        # What does not fit there (a problem of one arena slot) still goes by value.
+        free = [int(self.config.get("slot_bytes", 0))] if self.device == "cuda" else []
+
+        # An argument whose bytes are those last sent for the same address (a weight every launch reads, an
+        # input a launch left alone: its copy after the launch) is sent once; its spec names the same copy.
+        # Problem 34's backward kernels sent 19 s of such copies at 682b56c.
+        sent: dict[int, tuple[Any, Any, list[int], Any]] = {}  # address -> (bytes, dtype, shape, spec)
+        b = self.b
+
+        def one(t: Any, address: int) -> Any:
+            flat = b.view(b.reshape(b.contiguous(t), [-1]), b.uint8)
+            last = sent.get(address)
+            if (last is not None and last[1] == t.dtype and last[2] == list(t.shape)
+                    and b.numel(last[0]) == b.numel(flat) and b.equal(last[0], flat)):
+                return last[3]
+            fits = bool(free) and transport.aligned(free[0]) + t.nbytes <= self.arena_out.numel()
+            if fits and t.is_cuda and transport.known_dtype(t.dtype):
+                spec, free[0] = self._export_leaf(t, 0, free[0], self.arena_out.numel(), out_blobs)
+            else:
+                spec = transport.pack_value(t.cpu(), out_blobs)
+            sent[address] = (flat, t.dtype, list(t.shape), spec)
+            return spec
+
+        def pack(tensors: list[Any], keep: list[int], addresses: list[int]) -> list[Any]:
+            return [one(tensors[i], addresses[i]) for i in keep]
+
+        audited = []
+        for launch in self.gate.audited:
+            keep = [i for i, t in enumerate(launch.before) if wanted(t)]
+            audited.append({"before": pack(launch.before, keep, launch.addresses), "unit": list(launch.unit),
+                            "addresses": [launch.addresses[i] for i in keep],
+                            # the same arguments once the launch finished (None: the route has no after-hook)
+                            "after": None if launch.after is None else pack(launch.after, keep,
+                                                                            launch.addresses)})
+        reply["audited"] = audited
+        reply["randomized"] = self.gate.randomized
+        if free:
+            self.b.sync()  # the parent reads the arena as soon as the reply arrives
 
     def unmask(self, mask: Any) -> None:
         """Undo the parent's mask of one draw (`Worker.place`), right before its call and outside the bracket.
@@ -663,6 +687,10 @@ class Child:
         each: list[float] = []
         launches: list[int] = []
         outs: list[Any] = []
+        focus = None if msg.get("focus") is None else int(msg["focus"])
+        mode = str(msg.get("mode", "run"))
+        if focus is not None and not 0 <= focus < count:
+            raise _Fail("infra_error", "a row's focus call lies outside the row", "protocol")
         probe_before = host_probe()
         for j in range(count):
             if j < len(masks) and masks[j]:
@@ -674,7 +702,13 @@ class Child:
                 self.b.fill_(scratch, 1)
                 del scratch
             events = self.guard.events if self.guard is not None else 0
-            out, seconds, launched = self._counted_bracket(draws[j])
+            if j == focus:
+                self._focus_mode(mode, msg.get("only"))
+            try:
+                out, seconds, launched = self._counted_bracket(draws[j])
+            finally:
+                if j == focus:
+                    self._focus_mode("run", None)
             window_events += (self.guard.events - events) if self.guard is not None else 0
             launches.append(launched)
             each.append(seconds)
@@ -691,7 +725,15 @@ class Child:
                                  "probe_after_s": probe_after, "window_events": window_events, "unmask_s": waited}
         steps["bracket_probes"] = _perf()
         out_blobs: list[bytes] = []
-        reply["outs"] = [self.export_outputs(out, slot, out_blobs) for slot, out in enumerate(outs)]
+        if focus is None:
+            reply["outs"] = [self.export_outputs(out, slot, out_blobs) for slot, out in enumerate(outs)]
+        else:  # an ablation's or the audit's row: only the focus call's outputs (slot 0) and launches are read
+            reply["out"] = self.export_outputs(outs[focus], 0, out_blobs)
+            reply["launches"] = launches[focus]
+            if self.gate is not None and mode == "audit":
+                self._audit_reply(msg, reply, out_blobs)
+            if self.gate is not None and mode in ("audit", "randomize"):
+                reply["randomized"] = self.gate.randomized
         if self.device == "cpu":
             reply["inputs_after_draws"] = [[transport.pack_value(x, out_blobs) for x in d] for d in draws]
         steps["export"] = _perf()

@@ -34,13 +34,25 @@ from metakernel.grader import kernels as kernel_names
 from metakernel.grader.baseline import baseline_worker, cached_timing, eager_timing
 from metakernel.grader.report import PROTOCOL, GradeReport
 from metakernel.grader.static import check_source
-from metakernel.grader.timing import ROW, bracket_settings, knobs, measure, profile_kernels, row_size, seeded_draw
+from metakernel.grader.timing import (
+    ROW,
+    bracket_settings,
+    fresh_draw,
+    knobs,
+    measure,
+    profile_kernels,
+    row_size,
+    seeded_draw,
+)
 from metakernel.grader.transport import leaf_kinds, unpack_value
 from metakernel.grader.worker import StartingWorker, Worker, WorkerFailure
 from metakernel.hardware import H200
 from metakernel.problem import Problem
 from metakernel.provenance import provenance
 from metakernel.structure import flatten, structure_mismatch
+
+#: Where an ablation's or the audit's call sits in its row: the OS's randomness, nothing a candidate could replay.
+_RANDOM = secrets.SystemRandom()
 
 #: The share of timed and profiled draws compared at random (decided after each reply), and the floor kept: a
 #: fifth, as the integrity issue asks. Every check computes the reference twice (native and float64) and costs
@@ -338,21 +350,41 @@ class Evaluation:
         self.last_seed, inputs = seeded_draw(self.problem, self.device, self.scale)
         return inputs
 
-    def call(self, inputs: list[Any], mode: str = "run", **extra: Any) -> tuple[dict[str, Any], list[Any], Any]:
-        """A one-draw request: (reply, the inputs as the child saw them, its outputs).
+    def _focus(self, inputs: list[Any], mode: str, **extra: Any) -> tuple[dict[str, Any], list[Any]]:
+        """One call in `mode` (an ablation or the audit), sent as a row like every correctness and timed request.
 
-        The ablations, the audit and the free check send these; their modes differ from a plain call anyway.
+        A one-draw request was told apart from a row by what the rest of the input arena held (zeros where a row's
+        later draws lie, a red-teamer's `rt_tirx_lone_draw_zeroed_arena`), so a kernel could be honest only where
+        the ablations and the audit look. Now `inputs` take a random position in a row of fresh draws and only that
+        call runs in `mode`; the others run as usual and are not read. Returns the reply (its `out`: the focus
+        call's outputs) and the focus draw's inputs as the child saw them. Raises WorkerFailure.
         """
         assert self.worker is not None
         self.pattern = 0x7F if self.pattern == 0xFF else 0xFF
-        try:
+        if mode == "intercept":  # the free check: nothing is graded, one draw suffices
             reply, views = self._exchange("call", [inputs], self.pattern, mode=mode, **extra)
+            return reply, views[0]
+        row = self.row_size()
+        focus = _RANDOM.randrange(row)
+        draws = [inputs if k == focus else fresh_draw(self.problem, self.device, self.scale)
+                 for k in range(row)]
+        reply, views = self._exchange("row", draws, self.pattern, mode=mode, focus=focus, **extra)
+        return reply, views[focus]
+
+    def call(self, inputs: list[Any], mode: str = "run", **extra: Any) -> tuple[dict[str, Any], list[Any], Any]:
+        """A call in `mode`: (reply, the inputs as the child saw them, its outputs); failures end the grading.
+
+        The audit and the free check send these (`_focus`: the audit's call hides in a row).
+        """
+        assert self.worker is not None
+        try:
+            reply, seen = self._focus(inputs, mode, **extra)
         except WorkerFailure as exc:
             reason = "timeout" if exc.status == "timeout" else "crash"
             self.end(exc.status, reason, exc.text)
         if not reply.get("ok"):
             self._fail_reply(reply)
-        return reply, views[0], self.worker.outputs(reply["out"], reply["_blobs"])
+        return reply, seen, self.worker.outputs(reply["out"], reply["_blobs"])
 
     def _exchange(self, op: str, draws: list[list[Any]], pattern: int, **extra: Any
                   ) -> tuple[dict[str, Any], list[list[Any]]]:
@@ -495,7 +527,7 @@ class Evaluation:
         """A call whose failure is information, not a verdict (the ablations)."""
         assert self.worker is not None
         try:
-            reply, views = self._exchange("call", [inputs], 0xFF, mode=mode, **extra)
+            reply, seen = self._focus(inputs, mode, **extra)
         except WorkerFailure as exc:
             raise _Crashed(exc.status) from exc
         if not reply.get("ok"):
@@ -503,8 +535,8 @@ class Evaluation:
                 self._fail_reply(reply)
             if reply.get("fatal"):
                 raise _Crashed(reply.get("status", "runtime_error"))
-            return None, views[0], None
-        return reply, views[0], self.worker.outputs(reply["out"], reply["_blobs"])
+            return None, seen, None
+        return reply, seen, self.worker.outputs(reply["out"], reply["_blobs"])
 
     def _restart(self) -> None:
         if self.worker is not None:

@@ -44,7 +44,10 @@ MODULE_ATTRIBUTES: dict[str, str] = {
         "tarfile sqlite3 logging signal weakref atexit traceback linecache faulthandler tracemalloc "
         "multiprocessing concurrent asyncio types operator code codeop dis mmap fcntl resource pty tty termios "
         "platform pwd grp getpass time datetime timeit sched random secrets unittest mock pdb bdb "
-        "contextlib warnings stdlib_re keyword redirect_stdout redirect_stderr ExitStack enter_context").split(),
+        "contextlib warnings stdlib_re keyword redirect_stdout redirect_stderr ExitStack enter_context "
+        # reachable through tvm and cutlass (tests/test_static_rules.py lists every module a chain reaches): path
+        # probes, a clock (uuid1), JSON the harness's reply uses, and helpers no kernel needs
+        "osp posixpath genericpath json uuid uuid1 contextvars shlex hashlib zlib errno colorsys textwrap").split(),
         _STDLIB),
     **dict.fromkeys((
         "f_globals f_locals f_back f_builtins f_code f_lasti f_trace tb_frame tb_next gi_frame gi_code cr_frame "
@@ -93,6 +96,11 @@ FEATURE_ATTRIBUTES: dict[str, str] = {
                      "ForwardRef", "from_source", "evaluate"),
                     "attribute access or evaluation by computed name"),
     **dict.fromkeys(("format", "format_map"), "str.format reads attributes named in a string: use an f-string"),
+    # the DSL parsers' own evaluators and the ast module: a syntax tree built at run time and compiled by them runs
+    # code the static rules never read (the audit hook sees only compiled strings)
+    **dict.fromkeys(("ast", "parser", "evaluator", "eval_expr", "eval_assign", "redirect_builtin_function",
+                     "findsource", "get_func_nonlocals"),
+                    "evaluation of code built at run time"),
     **dict.fromkeys(("make_dataclass", "new_class"), "dynamic class creation: write a class statement"),
     # stdlib helpers that write attributes or module globals named by data (a red-teamer's enum.global_enum wrote
     # the harness's module dict; argparse set torch.Tensor.clone by a computed dest)
@@ -101,6 +109,18 @@ FEATURE_ATTRIBUTES: dict[str, str] = {
                      "parse_intermixed_args", "parse_known_intermixed_args", "add_argument", "Formatter",
                      "get_field", "vformat", "SimpleNamespace", "deepcopy", "copymodule", "astuple", "asdict"),
                     "sets attributes or module globals named by data: assign names of your own"),
+    # library functions that read or write any object's __dict__, a function's globals or members by name when
+    # called with a module or the harness's objects as `self` (a red-teamer's LRScheduler.load_state_dict(module,
+    # ...), inspect_function_capture, getmembers / copy_members; tests/test_static_rules.py scans every function a
+    # chain of allowed names reaches for such code)
+    **dict.fromkeys(("optim", "lr_scheduler", "swa_utils", "state_dict", "load_state_dict", "distributions",
+                     "getmembers", "copy_members", "ast_helpers", "inspect_function_capture",
+                     "inspect_class_capture", "base_dsl", "register_buffer", "register_parameter", "extend_path",
+                     "find_spec", "update_abstractmethods", "replace_all_batch_norm_modules_", "parametrize",
+                     "replicate", "backend", "experimental", "native_struct", "derived_object", "register_object",
+                     "register_script_namespace", "kernel_launcher", "transfer_parametrizations_and_params",
+                     "new_from_mlir_values", "extract_mlir_values", "extract_mlir_attributes"),
+                    "reads or writes any object's attributes or a module's globals: not kernel code"),
 }
 #: Classes of names, refused on any object.
 ATTRIBUTE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -108,6 +128,9 @@ ATTRIBUTE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"(?i)triton|inductor|dynamo|jiterator|cubin|nvrtc|nvjitlink|cudart|cublas|cudnn|cufft|curand"
                 r"|cusparse|cusolver"), _ROUTE),
     (re.compile(r"(?i)profil"), f"profilers: {_TELL}"),
+    # GPU clocks under other names: TIRx's profiling intrinsics read %globaltimer (Tx.cuda.timer_start), CuTe's
+    # cute.arch.globaltimer_lo (found by session 22's red-teamer)
+    (re.compile(r"(?i)^timer_|globaltimer"), f"GPU clocks: {_TELL}"),
     (re.compile(r"^(initial_|manual_)?seed(_all)?$|rng_state"), f"random-number state: {_TELL}"),
     (re.compile(r"memory_(allocated|reserved|cached|stats|summary|snapshot|usage|used|fraction)|max_memory"
                 r"|peak_memory|mem_pool|MemPool|allocator|empty_cache|ipc_collect"),
@@ -115,6 +138,22 @@ ATTRIBUTE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^register_module_"), "global module hooks: they see the harness's calls"),
     (re.compile(r"^export"), "exporting compiled code writes files: keep it in memory"),
 )
+_CUDA_API = ("the CUDA driver or runtime API reached through CuTe's internals: it copies to and from any address "
+             "and launches code behind the DSL (for a stream: cuda.bindings.driver.CUstream)")
+#: Modules of CuTe's that hold the CUDA driver and runtime bindings (`cutlass.cuda.cuda`,
+#: `cutlass.utils.hardware_info.driver`, `cutlass.testing.cuda_runtime`, ...; tests/test_static_rules.py walks every
+#: chain to them): refused on any object. `cuda` and `driver` are refused on chains rooted at cutlass only, since
+#: `torch.cuda`, `Tx.cuda.cta_sync` and `cuda.bindings.driver` are the kernels' own API.
+CUDA_API_ATTRIBUTES = frozenset((
+    "cuda_driver cuda_runtime cuda_jit_executor cuda_event_adapter cuda_stream_adapter cuda_library_adapter "
+    "hardware_info testing cutlass_dsl libinfo tvm_ffi_libinfo").split())
+CUDA_API_ON_CUTLASS = frozenset(("cuda", "driver"))
+#: TVM's operator libraries, graph compiler and schedulers: kernels TVM writes, not TIRx the kernel file writes
+#: (`tvm.topi.nn.softmax` scheduled by `tvm.dlight`, a Relax module calling cuBLAS). Refused on any object.
+TVM_LIBRARY_ATTRIBUTES = frozenset(("relax topi te dlight s_tir meta_schedule autotvm auto_scheduler "
+                                    "create_prim_func").split())
+_TVM_LIBRARY = ("TVM's operator libraries, graph compiler and auto-schedulers write the kernel for you: write it in "
+                "TVMScript (@Tx.prim_func) and build it with tvm.compile")
 #: Names the DSL owns: fine on a chain of names starting at the DSL (`cute.compile`), refused on anything else.
 DSL_ONLY_ATTRIBUTES: dict[str, str] = {
     "compile": "torch.compile / Module.compile is another compiler: only cute.compile or tvm.compile",
@@ -150,6 +189,8 @@ _NAME_DUNDERS = frozenset({"__name__", "__file__"})
 _TEXT_DUNDERS = frozenset({"__main__", "__name__", "__file__", "__init__"})
 ALLOWED_BASES = ("torch.nn.Module", "enum.Enum", "enum.IntEnum", "enum.Flag", "enum.IntFlag", "typing.NamedTuple",
                  "typing.Generic", "typing.Protocol")
+#: enum's classes (the functional API is theirs); enum's functions and markers (auto, unique) are not.
+ENUM_CLASSES = frozenset(("Enum", "IntEnum", "Flag", "IntFlag", "StrEnum", "ReprEnum", "EnumType", "EnumMeta"))
 _DUNDER = re.compile(r"__\w+__")
 _DUNDER_IN_TEXT = re.compile(r"__\w+?__")
 
@@ -301,6 +342,10 @@ class _Checker:
 
     # -------------------------------------------------------------------------------------------- checks
     def _visit(self, n: ast.AST) -> None:
+        if isinstance(n, (ast.Name, ast.Attribute)) and isinstance(n.ctx, ast.Load) and self._enum_value(n):
+            self.flag(n, "an Enum class may be subclassed, called with one value, read (Color.RED) or used in "
+                      "isinstance and annotations: held as a value, the functional API is called under another name",
+                      f"Enum class {_unparse(n)} used as a value")
         if isinstance(n, ast.Import):
             for a in n.names:
                 top = a.name.split(".")[0]
@@ -420,6 +465,13 @@ class _Checker:
         if name.startswith("_"):
             own = on_self and name in self.own_private
             return None if own else "private attribute: only public API (and self._name this file defines)"
+        if name in CUDA_API_ATTRIBUTES or (name in CUDA_API_ON_CUTLASS and origin.path is not None
+                                           and origin.path.split(".")[0] == "cutlass"):
+            return _CUDA_API
+        if name == "driver" and origin.path != "cuda.bindings":
+            return _CUDA_API
+        if name in TVM_LIBRARY_ATTRIBUTES:
+            return _TVM_LIBRARY
         reason = MODULE_ATTRIBUTES.get(name) or FEATURE_ATTRIBUTES.get(name)
         reason = reason or next((why for pattern, why in ATTRIBUTE_PATTERNS if pattern.search(name)), None)
         if reason:
@@ -461,6 +513,9 @@ class _Checker:
     def _call(self, n: ast.Call) -> None:
         func = n.func
         called = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+        if isinstance(func, ast.Call) and _is_name(func.func, "type"):
+            self.flag(n, "calling the class type() returns runs constructors (the functional Enum API among them) "
+                      "under no name: call the class by its name", "type(...)(...)")
         if self._enum_class(func) and (len(n.args) > 1 or any(kw.arg != "value" for kw in n.keywords)):
             self.flag(n, "the functional Enum API makes members of names built at run time (dunders among them): "
                       "write an Enum class statement", f"{_unparse(func)}(...) with member names")
@@ -480,6 +535,29 @@ class _Checker:
         shapes = {"super": not n.args or (len(n.args) == 2 and _is_name(n.args[1], "self")), "type": len(n.args) == 1}
         if shapes.get(func.id, constant is not None) and not n.keywords:
             self.ok_calls.add(id(func))
+
+    def _enum_value(self, n: ast.Name | ast.Attribute) -> bool:
+        """An Enum class (enum's own or one of this file) anywhere but a base, a call, a read or a type check.
+
+        `E = enum.Enum; E("_R", [...])`, `functools.partial(enum.Enum, ...)`: the functional API under another name
+        (session 22's red-teamer).
+        """
+        path = self._origin(n).path or ""
+        if path.startswith("enum.") and path.removeprefix("enum.") not in ENUM_CLASSES:
+            return False  # enum.auto, enum.unique, ...: functions and markers
+        if not self._enum_class(n):
+            return False
+        parent = self.parents.get(id(n))
+        if isinstance(parent, ast.Tuple):  # isinstance(x, (A, B))
+            parent = self.parents.get(id(parent))
+        return not (
+            (isinstance(parent, ast.ClassDef) and any(b is n for b in parent.bases))
+            or (isinstance(parent, ast.Call) and (parent.func is n or (
+                isinstance(parent.func, ast.Name) and parent.func.id in ("isinstance", "issubclass"))))
+            or (isinstance(parent, (ast.Attribute, ast.Subscript)) and parent.value is n)
+            or n in getattr(parent, "decorator_list", ())
+            or isinstance(parent, (ast.arg, ast.AnnAssign, ast.FunctionDef, ast.AsyncFunctionDef))
+            or (isinstance(parent, ast.Subscript) and parent.slice is n))
 
     def _enum_class(self, func: ast.AST, seen: frozenset[str] = frozenset()) -> bool:
         """Whether `func` names enum's classes or a class of this file derived from one.
@@ -603,12 +681,18 @@ def _dedupe(found: list[Violation]) -> list[Violation]:
     return out
 
 
-def attribute_reason(name: str) -> str | None:
-    """Why an attribute of that name is refused wherever it is read (None: allowed on an object of your own).
+def attribute_reason(name: str, chain: str | None = None) -> str | None:
+    """Why an attribute of that name is refused (None: allowed).
+
+    Read on an object of your own or, given `chain`, at the end of that dotted chain of names from an import.
 
     The audit hook applies it to strings compiled at run time (type expressions) and a test applies it to every
-    public name reachable from the allowed imports.
+    public name reachable from the allowed imports, each on its own chain.
     """
     checker = _Checker.__new__(_Checker)
     checker.own_private = set()
-    return checker._attribute_reason(name, _Origin("local"), False)
+    if chain is None:
+        return checker._attribute_reason(name, _Origin("local"), False)
+    root = chain.split(".")[0]
+    checker.dsl = next((dsl for dsl, roots in DSL_ROOTS.items() if root in roots), "cute")
+    return checker._attribute_reason(name, _Origin(checker._kind(chain), chain), False)

@@ -7,9 +7,11 @@ and the JIT resolves `memcpy` from the process. Found by the session-17 red-team
 confinement (a denylist over op names; a plain process under it read an int's type pointer this way). Closed the same
 session: a host function may hold only the ops gold host code uses outside CuTe's own (arith, scf, math, index,
 the launch ops, func calls of functions with a body), and no external declaration (metakernel/dsl/cute_host.py).
+Since session 22 the static rules refuse `.base_dsl` (its helpers read and write any object's members), so the
+file stops there; the confinement still stands behind it (`rt_cute_host_jit_clock` reaches it).
 
 Category: sandbox
-Expected: rule_violation/sandbox
+Expected: rule_violation/static
 """
 
 import cutlass
