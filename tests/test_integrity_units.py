@@ -253,3 +253,28 @@ def test_a_crafted_cubin_only_loses_the_resource_table():
     log.add("k", bytes(data))
     log.use("k")
     assert log.take() == [] and log.take() == []
+
+
+def test_a_syntax_tree_compiled_outside_the_dsls_compilers_is_refused():
+    """The audit hook judged only compiled strings: a tree built at run time and compiled by a reachable helper
+    (TVMScript's evaluator, session 22) ran code the static rules never read. Trees compile only where the DSLs
+    compile the ones they parsed, and in the standard library's code generators."""
+    import ast
+    from pathlib import Path
+
+    import pytest
+
+    from metakernel.grader.child import Guard
+
+    tree = ast.parse("x = 1")
+    guard = Guard(__file__, "/nonexistent-work", (str(Path(__file__).resolve().parents[1]),))
+    guard.armed = True
+    with pytest.raises(PermissionError, match="not a type expression"):  # a string: the string rule's
+        guard("compile", ("x = 1", "<string>"))
+    with pytest.raises(PermissionError, match="syntax tree built at run time"):
+        guard("compile", (tree, "<ast>"))
+    namespace = {"__name__": "tvm.script.parser.core.evaluator", "guard": guard, "tree": tree}
+    exec("def compile_there():\n    guard('compile', (tree, '<ast>'))\n", namespace)  # noqa: S102
+    guard.violations.clear()
+    namespace["compile_there"]()  # a frame of the evaluator's module: allowed
+    assert not guard.violations

@@ -160,6 +160,20 @@ class Guard:
             return
         self.refuse(f"{event} of a string that is not a type expression (from {module or 'unknown'})")
 
+    def _check_tree_compile(self) -> None:
+        """A syntax tree compiled after the kernel's import: only where a DSL compiles the trees it parsed.
+
+        The static rules read the file, not trees built at run time, and the string rule above sees no text here:
+        TVMScript's evaluator compiled any tree handed to it (session 22). The DSLs compile trees in three places
+        (CuTe's rewritten `@cute.jit` functions, TVMScript's expressions and its Python functions inside a
+        prim_func), each from source the string rule checked when it was parsed; the standard library's code
+        generators build theirs from identifiers.
+        """
+        frame = self._caller()
+        module = frame.f_globals.get("__name__", "") if frame is not None else ""
+        if module not in TREE_COMPILERS and module not in CODE_GENERATORS:
+            self.refuse(f"compiling a syntax tree built at run time (from {module or 'unknown'})")
+
     def writable(self, real: str) -> bool:
         """Whether the child could have written the file at real path `real`.
 
@@ -256,6 +270,9 @@ class Guard:
         if event in ("compile", "exec") and args and isinstance(args[0], (str, bytes)):
             self._check_compile(event, args[0])
             return
+        if event == "compile" and args and args[0] is not None:
+            self._check_tree_compile()
+            return
         if event in CANDIDATE_REFUSED and self._from_candidate():
             self.refuse(event + (f" {args[1]}" if event.startswith("object.") and len(args) > 1 else ""))
 
@@ -266,6 +283,10 @@ class Guard:
 #: __new__). Every other string compiled after the kernel's import must be a type expression.
 CODE_GENERATORS = frozenset({"importlib._bootstrap_external", "importlib._bootstrap", "dataclasses", "collections",
                              "enum", "tvm_ffi.utils.kwargs_wrapper"})
+#: Where the DSLs compile syntax trees of the kernel's functions they parsed (the only tree compiles allowed).
+TREE_COMPILERS = frozenset({"cutlass.base_dsl.dsl", "tvm.script.parser.core.evaluator",
+                            "tvm.tirx.script.parser.parser",
+                            "tvm_ffi.error"})  # a fixed `_getframe()` template, for a C++ frame of a TVM error
 #: The DSLs re-parse the kernel's own functions (CuTe's AST preprocessor, the TVMScript parser).
 DSL_PARSERS = ("cutlass.base_dsl.ast_preprocessor", "tvm.script.parser")
 #: The packages whose installed source those parsers may re-parse too (their own library functions).

@@ -369,6 +369,7 @@ class Evaluation:
         draws = [inputs if k == focus else fresh_draw(self.problem, self.device, self.scale)
                  for k in range(row)]
         reply, views = self._exchange("row", draws, self.pattern, mode=mode, focus=focus, **extra)
+        self._every_call_launched(reply, f"{mode} request")
         return reply, views[focus]
 
     def call(self, inputs: list[Any], mode: str = "run", **extra: Any) -> tuple[dict[str, Any], list[Any], Any]:
@@ -412,12 +413,16 @@ class Evaluation:
             self.end(exc.status, exc.reason or ("timeout" if exc.status == "timeout" else "crash"), exc.text)
         if not reply.get("ok"):
             self._fail_reply(reply)
+        self._every_call_launched(reply, label)
+        return reply, views
+
+    def _every_call_launched(self, reply: dict[str, Any], label: str) -> None:
+        """Every call of a row must launch the DSL (a suppressed launch counts: it was made)."""
         for k, launched in enumerate(reply.get("launches_each") or []):
             if not launched:
                 self.end("rule_violation", "no_dsl_launch",
                          f"{label}: call {k + 1} of a request launched no {self.dsl} kernel (every call must launch "
                          "one whose result is used)")
-        return reply, views
 
     def _compare(self, out: Any, seen: list[Any], expected: Expected) -> tuple[str | None, Verdict | None]:
         """(structure problem, None) or (None, the comparator's verdict) for one call's outputs and mutated inputs."""

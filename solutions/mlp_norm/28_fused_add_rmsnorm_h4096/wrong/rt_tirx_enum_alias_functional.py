@@ -16,9 +16,11 @@ Observed on the CPU: check_source(..., "tirx") passes; importing the file in-pro
 Category: static
 Expected: rule_violation/static
 """
+import dataclasses
+import enum
+
 import torch
 import tvm
-import enum
 from tvm.script import tirx as Tx
 
 
@@ -57,7 +59,6 @@ def solve(x, residual, weight):
     exe()(x, residual, weight, out, h)
     return out, h
 
-import dataclasses
 
 U = "_" + "_"
 _TARGET = {}
