@@ -278,3 +278,36 @@ def test_a_syntax_tree_compiled_outside_the_dsls_compilers_is_refused():
     guard.violations.clear()
     namespace["compile_there"]()  # a frame of the evaluator's module: allowed
     assert not guard.violations
+
+
+def test_the_reply_channel_and_the_llvm_checks_are_bound_before_the_candidate(monkeypatch):
+    """Red-teamers rewrote module globals of the harness (transport's json, transport.send, tirx_host's checks)
+    through library helpers; what the child calls after the import is bound before it, so such a rewrite changes
+    nothing the harness does."""
+    import json
+    import socket
+    from multiprocessing.connection import Connection
+
+    from metakernel.dsl import tirx_host
+    from metakernel.grader import transport
+
+    class Forger:
+        loads = staticmethod(json.loads)
+
+        @staticmethod
+        def dumps(obj, **kwargs):
+            return json.dumps({**obj, "host_s": 0.0}, **kwargs)
+
+    monkeypatch.setattr(transport, "json", Forger)
+    ours, theirs = socket.socketpair()
+    a, b = Connection(ours.detach()), Connection(theirs.detach())
+    try:
+        transport.send(a, {"host_s": 1.5})
+        got = transport.receive(b, timeout=5)
+        assert got is not None and got[0]["host_s"] == 1.5
+    finally:
+        a.close()
+        b.close()
+    real = tirx_host.source_problem
+    monkeypatch.setattr(tirx_host, "source_problem", lambda mod: None)
+    assert tirx_host.checked_build.__kwdefaults__["_problem"] is real

@@ -130,13 +130,18 @@ def host_problem(mod: Any) -> str | None:
     return None
 
 
-def checked_build(build: Any, mod: Any, *args: Any, **kwargs: Any) -> Any:
-    """`build(mod, ...)` with its source checked first and LLVM allowed to run while it lasts."""
+def checked_build(build: Any, mod: Any, *args: Any, _problem: Any = source_problem, _refuse: Any = refuse,
+                  **kwargs: Any) -> Any:
+    """`build(mod, ...)` with its source checked first and LLVM allowed to run while it lasts.
+
+    The checks are default arguments, bound when this file was imported: a candidate that rewrote this module's
+    globals (a red-teamer did, through a library helper that updates any object's `__dict__`) does not reach them.
+    """
     if not CONFINEMENT.active:
         return build(mod, *args, **kwargs)
-    problem = source_problem(mod)
+    problem = _problem(mod)
     if problem:
-        refuse(problem)
+        _refuse(problem)
     CONFINEMENT.checked_builds += 1
     try:
         return build(mod, *args, **kwargs)
@@ -151,13 +156,14 @@ def confine() -> None:
     import tvm_ffi
 
     original = tvm_ffi.get_global_func("target.build.llvm")
+    state, check, deny = CONFINEMENT, host_problem, refuse  # closure cells, not module globals (checked_build)
 
     def build_llvm(mod: Any, target: Any) -> Any:
-        if CONFINEMENT.checked_builds <= 0:
-            refuse("an llvm module built outside tvm.compile")
-        problem = host_problem(mod)
+        if state.checked_builds <= 0:
+            deny("an llvm module built outside tvm.compile")
+        problem = check(mod)
         if problem:
-            refuse(problem)
+            deny(problem)
         return original(mod, target)
 
     tvm_ffi.register_global_func("target.build.llvm", build_llvm, override=True)

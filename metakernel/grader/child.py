@@ -668,6 +668,27 @@ class Child:
             self.gate.protected = frozenset(x.untyped_storage().data_ptr() for d in draws for x in d
                                             if isinstance(x, self.torch.Tensor))
 
+    def _poison_row(self, msg: dict[str, Any], count: int) -> None:
+        """Every call's outputs land in filled memory: `count` blocks held at once, then all freed.
+
+        Rows and profile rows alike, so the allocator hands a call the same kind of memory in every phase.
+        """
+        nbytes, pattern = int(msg.get("poison", 0)), int(msg.get("pattern", 0xFF))
+        if nbytes > 0:
+            blocks = [self.b.empty((nbytes,), dtype=self.b.uint8, device=self.device) for _ in range(count)]
+            for block in blocks:
+                self.b.fill_(block, pattern)
+            del blocks
+
+    def _settle(self, msg: dict[str, Any]) -> None:
+        """Pin the child near the GPU (once) and keep the GPU busy before a row's first call (Child.spin)."""
+        if self.device == "cuda":
+            if not self._pinned and msg.get("pin", True):
+                self._pinned = True
+                _pin_near_gpu(self.torch)
+            if msg.get("spin_ms"):
+                self.spin(float(msg["spin_ms"]) / 1e3)
+
     def row(self, msg: dict[str, Any], blobs: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
         """A row of draws called back to back, each in the bracket: one request of the correctness and timing phases.
 
@@ -688,20 +709,10 @@ class Child:
         masks = list(msg.get("masks") or [])
         count = len(draws)
         self._protect(draws)
-        nbytes, pattern = int(msg.get("poison", 0)), int(msg.get("pattern", 0xFF))
-        if nbytes > 0:  # every call's outputs land in filled memory: k blocks held at once, then all freed
-            blocks = [self.b.empty((nbytes,), dtype=self.b.uint8, device=self.device) for _ in range(count)]
-            for block in blocks:
-                self.b.fill_(block, pattern)
-            del blocks
+        self._poison_row(msg, count)
         steps["inputs_poison"] = _perf()
         flush = self.device == "cuda" and bool(msg.get("flush_l2"))
-        if self.device == "cuda":
-            if not self._pinned and msg.get("pin", True):
-                self._pinned = True
-                _pin_near_gpu(self.torch)
-            if msg.get("spin_ms"):
-                self.spin(float(msg["spin_ms"]) / 1e3)
+        self._settle(msg)
         steps["flush_spin"] = _perf()
         window_events = 0
         waited = 0.0
@@ -834,15 +845,17 @@ class Child:
         masks = list(msg.get("masks") or [])
         count = len(draws)
         self._protect(draws)
-        outs: list[Any] = []
+        results: list[Any] = []
         out_blobs: list[bytes] = []
         kernels: list[tuple[str, float]] = []
         launches: list[int] = []
+        # As a row does it (a red-teamer told profiled calls apart by the allocator: their outputs were copied and
+        # freed after each call, so the next call's landed at the same address): memory poisoned up front, every
+        # call's outputs kept until the row ends, then copied. Only the calls are in the profiler's window.
+        self._poison_row(msg, count)
+        self._settle(msg)
         for slot in range(count):
             self.unmask(masks[slot] if slot < len(masks) else None)
-            # Only the call is profiled: the poison fill before it and the copy of its outputs after it are the
-            # harness's own kernels and stay outside the profiler's window.
-            self.poison(int(msg.get("poison", 0)), int(msg.get("pattern", 0xFF)))
             self.b.sync()
             prepare(cfg, acts)
             enable(cfg, acts)
@@ -854,8 +867,10 @@ class Child:
             for evt in result.events():
                 if str(evt.device_type()).endswith("CUDA") and evt.duration_ns():
                     kernels.append((str(evt.name()), evt.duration_ns() / 1e3 / count))
-            outs.append(self.export_outputs(out, slot, out_blobs))
+            results.append(out)
             del out
+        outs = [self.export_outputs(out, slot, out_blobs) for slot, out in enumerate(results)]
+        del results
         reply = {"ok": True, "kernels": kernels, "repeats": count, "outs": outs,
                  "kernel_names": sorted(self.gate.kernel_names) if self.gate else [],
                  "units": sorted(self.gate.units) if self.gate else [],
@@ -1005,26 +1020,29 @@ def main() -> None:
                               "probe": reach(json.loads(os.environ["METAKERNEL_PROBE"]))})
         return
     child = Child(config, conn, isolation)
+    # Bound before the kernel is imported: a candidate that rewrites transport's globals (a red-teamer replaced
+    # `transport.send` through a library helper that updates any object's __dict__) does not reach the replies.
+    send, receive = transport.send, transport.receive
     try:
         info = child.setup()
-        transport.send(conn, {"ok": True, "ready": True, "isolation": isolation.to_dict(), **info})
+        send(conn, {"ok": True, "ready": True, "isolation": isolation.to_dict(), **info})
     except _Fail as exc:
-        transport.send(conn, {"ok": False, "status": exc.status, "reason": exc.reason, "error": exc.text,
+        send(conn, {"ok": False, "status": exc.status, "reason": exc.reason, "error": exc.text,
                               "isolation": isolation.to_dict()})
         return
     except BaseException as exc:  # noqa: BLE001 - an import-time failure of the candidate is its compile error
-        transport.send(conn, {**_failure(child, exc, "compile_error"), "isolation": isolation.to_dict()})
+        send(conn, {**_failure(child, exc, "compile_error"), "isolation": isolation.to_dict()})
         return
     while True:
         try:
-            got = transport.receive(conn)
+            got = receive(conn)
         except (EOFError, OSError):
             return
         if got is None:
             continue
         msg, blobs = got
         if msg.get("op") == "exit":
-            transport.send(conn, {"ok": True})
+            send(conn, {"ok": True})
             return
         out_blobs: list[bytes] = []
         try:
@@ -1035,9 +1053,9 @@ def main() -> None:
             classify = getattr(child.adapter, "is_compile_error", None)
             reply = _failure(child, exc, "compile_error" if classify and classify(exc) else "runtime_error")
         try:
-            transport.send(conn, reply, out_blobs)
+            send(conn, reply, out_blobs)
         except (TypeError, ValueError) as exc:
-            transport.send(conn, {"ok": False, "status": "runtime_error",
+            send(conn, {"ok": False, "status": "runtime_error",
                                   "error": f"solve returned something the harness cannot transfer: {exc}"})
         if not reply.get("ok") and (reply.get("fatal") or reply.get("reason") == "sandbox"):
             return

@@ -60,10 +60,14 @@ def extent_bytes(t: Any) -> int:
 
 
 # ------------------------------------------------------------------------------------------------ the channel
-def send(conn: Connection, obj: dict[str, Any], blobs: list[bytes] | None = None) -> None:
-    """One message: a JSON frame (with the blob count), then the blobs."""
+def send(conn: Connection, obj: dict[str, Any], blobs: list[bytes] | None = None, _dumps: Any = json.dumps) -> None:
+    """One message: a JSON frame (with the blob count), then the blobs.
+
+    `_dumps` is bound when this file is imported (before any candidate code): rewriting this module's `json` or
+    json's `dumps` (red-teamers did both, to scale the times a reply carries) does not reach it.
+    """
     blobs = blobs or []
-    conn.send_bytes(json.dumps({**obj, "_blobs": len(blobs)}, allow_nan=True).encode())
+    conn.send_bytes(_dumps({**obj, "_blobs": len(blobs)}, allow_nan=True).encode())
     for blob in blobs:
         conn.send_bytes(blob)
 
