@@ -568,7 +568,7 @@ def test_a_grader_bug_is_an_infra_error_not_a_crash(problem, tmp_path, monkeypat
     infra_error/harness, never charged to the kernel, and the next grading still works."""
     from metakernel.grader import evaluate
 
-    def broken(self):
+    def broken(self, position=None):
         raise NotImplementedError('"sort" not implemented for \'Float8_e4m3fn\'')
 
     monkeypatch.setattr(evaluate.Evaluation, "audit", broken)
@@ -931,7 +931,7 @@ def test_the_mask_of_a_later_draw_is_keyed_and_the_same_in_another_process():
 def test_ablations_and_the_audit_hide_their_call_in_a_row(problem, tmp_path):
     """A one-draw request was told apart from a row by what the rest of the input arena held (a red-teamer's
     `rt_tirx_lone_draw_zeroed_arena`): the ablations and the audit now send rows of timing.ROW fresh draws, their
-    own call at a random position; only that call runs in their mode and only its outputs come back."""
+    own call at each position in turn; only that call runs in their mode and only its outputs come back."""
     from metakernel.grader.evaluate import Evaluation
     from metakernel.grader.timing import ROW
 
@@ -948,12 +948,16 @@ def test_ablations_and_the_audit_hide_their_call_in_a_row(problem, tmp_path):
         ev.worker.exchange = spy
         ev.correctness()
         ev.ablation()
-        ev.audit()
+        ev.audits()
         assert ev.report.ablations == {"suppress": "outputs wrong: the DSL's values are required",
                                        "randomize": "outputs wrong: the DSL's values are required"}
         focused = [m for m in sent if m.get("mode", "run") != "run"]
-        assert [m["mode"] for m in focused] == ["suppress", "randomize", "audit"]
         assert all(m["op"] == "row" and m["count"] == ROW and 0 <= m["focus"] < ROW for m in focused)
+        # a kernel can tell a call's position in its row: the ablations and the audit each meet every position
+        ablated = [m for m in focused if m["mode"] in ("suppress", "randomize")]
+        assert sorted(m["focus"] for m in ablated) == list(range(ROW))
+        assert sorted(m["mode"] for m in ablated) == ["randomize"] * (ROW // 2) + ["suppress"] * (ROW - ROW // 2)
+        assert sorted(m["focus"] for m in focused if m["mode"] == "audit") == list(range(ROW))
         assert all(m["op"] == "row" and m["count"] == ROW for m in sent)  # every request has the same shape
         # the focus call alone is suppressed: its outputs are garbage, the row's other calls launched as usual
         x, b = ev.draw()

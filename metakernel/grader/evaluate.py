@@ -350,14 +350,17 @@ class Evaluation:
         self.last_seed, inputs = seeded_draw(self.problem, self.device, self.scale)
         return inputs
 
-    def _focus(self, inputs: list[Any], mode: str, **extra: Any) -> tuple[dict[str, Any], list[Any]]:
+    def _focus(self, inputs: list[Any], mode: str, position: int | None = None, **extra: Any
+               ) -> tuple[dict[str, Any], list[Any]]:
         """One call in `mode` (an ablation or the audit), sent as a row like every correctness and timed request.
 
         A one-draw request was told apart from a row by what the rest of the input arena held (zeros where a row's
         later draws lie, a red-teamer's `rt_tirx_lone_draw_zeroed_arena`), so a kernel could be honest only where
         the ablations and the audit look. Now `inputs` take a random position in a row of fresh draws and only that
-        call runs in `mode`; the others run as usual and are not read. Returns the reply (its `out`: the focus
-        call's outputs) and the focus draw's inputs as the child saw them. Raises WorkerFailure.
+        call runs in `mode`; the others run as usual and are not read. `position` places it (the ablations and
+        the audit cover every position of a row: a kernel can tell a call's position from which slots are still
+        masked). Returns the reply (its `out`: the focus call's outputs) and the focus draw's inputs as the child
+        saw them. Raises WorkerFailure.
         """
         assert self.worker is not None
         self.pattern = 0x7F if self.pattern == 0xFF else 0xFF
@@ -365,7 +368,7 @@ class Evaluation:
             reply, views = self._exchange("call", [inputs], self.pattern, mode=mode, **extra)
             return reply, views[0]
         row = self.row_size()
-        focus = _RANDOM.randrange(row)
+        focus = _RANDOM.randrange(row) if position is None else position % row
         draws = [inputs if k == focus else fresh_draw(self.problem, self.device, self.scale)
                  for k in range(row)]
         reply, views = self._exchange("row", draws, self.pattern, mode=mode, focus=focus, **extra)
@@ -502,11 +505,11 @@ class Evaluation:
     def ablation(self) -> None:
         """Launches suppressed, then the launches' inputs randomised: either way the outputs must break."""
         started = time.perf_counter()
-        for mode in ("suppress", "randomize"):
+        for mode, position in self.ablation_positions():
             inputs = self.draw()
             assert self.worker is not None
             try:
-                reply, seen, out = self._quiet_call(inputs, mode)
+                reply, seen, out = self._quiet_call(inputs, mode, position=position)
             except _Crashed as exc:
                 self.report.ablations[mode] = f"the process failed ({exc}): counts as required"
                 self._restart()
@@ -526,6 +529,20 @@ class Evaluation:
             self.report.ablations[mode] = "outputs wrong: the DSL's values are required"
         self.report.ablation = self.report.ablations.get("suppress")
         self.report.phases_s["ablation"] = time.perf_counter() - started
+
+    def ablation_positions(self) -> list[tuple[str, int]]:
+        """Each position of a row once, half of them suppressed and half randomised, in a random order.
+
+        A kernel can tell a call's position in its row (the slots of later draws are still masked), so a check
+        made at one position only would let it be honest there and cheat at the others; eager work beside an idle
+        DSL launch is `dsl_unused` under either mode, so every position meets one of them.
+        """
+        row = self.row_size()
+        order = _RANDOM.sample(range(row), row)
+        pairs = [("suppress" if i % 2 == 0 else "randomize", p) for i, p in enumerate(order)]
+        if row == 1:
+            pairs.append(("randomize", 0))
+        return pairs
 
     def _quiet_call(self, inputs: list[Any], mode: str, **extra: Any
                     ) -> tuple[dict[str, Any] | None, list[Any], Any]:
@@ -549,7 +566,14 @@ class Evaluation:
         self.worker = None
         self.start()
 
-    def audit(self) -> None:
+    def audits(self) -> None:
+        """The audit at every position of a row, in a random order (`ablation_positions` says why)."""
+        self.report.phases_s["audit_call"] = 0.0
+        row = self.row_size()
+        for position in _RANDOM.sample(range(row), row):
+            self.audit(position)
+
+    def audit(self, position: int | None = None) -> None:
         """Catch token kernels: a DSL launch handed the finished answer, as is or transformed.
 
         An argument that still holds what an earlier DSL launch of the same call wrote into that very memory is
@@ -564,8 +588,9 @@ class Evaluation:
         sizes = sorted({t.nbytes * k for n, t in expected.reference.items() if n not in self.problem.mutates
                         for k in (1, 2, 4)})
         mark = time.perf_counter()
-        reply, _, _ = self.call(inputs, mode="audit", audit_bytes=sizes)
-        self.report.phases_s["audit_call"] = time.perf_counter() - mark  # the rest of the phase: the token checks
+        reply, _, _ = self.call(inputs, mode="audit", audit_bytes=sizes, position=position)
+        self.report.phases_s["audit_call"] = (self.report.phases_s.get("audit_call", 0.0)
+                                              + time.perf_counter() - mark)  # the rest of the phase: token checks
         from metakernel.grader.tokens import same_bytes, token_output, token_pair
 
         blobs = reply["_blobs"]
@@ -918,7 +943,7 @@ def grade(problem: Problem, dsl: str, kernel: Path, device: str = "cuda", option
         ev.correctness()
         ev.ablation()
         mark = time.perf_counter()
-        ev.audit()
+        ev.audits()
         ev.report.phases_s["audit"] = time.perf_counter() - mark
         if options.timed:
             ev.timing()

@@ -38,8 +38,8 @@ arena, so the honest path runs there. /tmp/rt_b/sim_lone_draw.py reproduces `Wor
 the probe reads True for every one-draw request and False for every call of every row (masked and unmasked).
 
 Closed in session 22 (CPU-tested): the ablations and the audit send rows of four fresh draws like every other
-request, their own call at a random position (`Evaluation._focus`), so `lone_draw()` is False everywhere and the
-audit, run on a call of the eager path, finds the answer handed to `copy_pad`.
+request, their own call at every position of a row in turn (`Evaluation._focus`), so `lone_draw()` is False
+everywhere and the audit, run on a call of the eager path, finds the answer handed to `copy_pad`.
 
 Category: told_apart
 Expected: rule_violation/dsl_token
