@@ -74,8 +74,10 @@ def test_wrong_is_not_passed_off_as_gold_by_the_dry_run(sol):
 
 #: Red-team files whose native host code reaches the child's memory: the check refuses each before it runs
 #: (`DslAdapter.confine`), in both DSLs, not only the GPU grading.
+#: (`rt_cute_host_func_call_memcpy` is refused by the static rules since session 22: `.base_dsl`; its declaration
+#: rule is pinned by `test_cute_host_and_device_rules_on_an_operation_tree`.)
 NATIVE_CODE = ("rt_tirx_llvm_oob_clock", "rt_tirx_llvm_cast_clock", "rt_tirx_shape_expr_peek",
-               "rt_tirx_llvm_gate_oracle", "rt_cute_host_jit_clock", "rt_cute_host_func_call_memcpy")
+               "rt_tirx_llvm_gate_oracle", "rt_cute_host_jit_clock")
 
 
 @pytest.mark.parametrize("sol", [s for s in SOLUTIONS if s.path.stem in NATIVE_CODE], ids=lambda s: s.key)
@@ -94,6 +96,60 @@ def test_cute_host_ops_of_the_gold_kernels_are_allowed_and_memory_ops_not():
     assert all(forbidden(op) for op in ("cute.memref.store", "cute.memref.load", "cute.inttoptr", "llvm.store",
                                         "cute.copy", "cute.print_tensor", "memref.load", "gpu.memcpy",
                                         "vector.gather", "cuda.memcpy", "builtin.unrealized_conversion_cast"))
+
+
+class _Op:
+    """An MLIR operation as cute_host walks one: a name, attributes, regions of blocks of operations."""
+
+    def __init__(self, name, children=(), attributes=None, body=True):
+        self.name = name
+        self.attributes = attributes or {}
+        self.operation = self
+        self.regions = [type("R", (), {"blocks": [type("B", (), {"operations": list(children)})()] if body
+                                       else []})()]
+
+
+def test_cute_host_and_device_rules_on_an_operation_tree():
+    """Host code may not declare an external function (libc's memcpy through a body-less func.func); device code
+    may not read a GPU clock, whatever spelling put it there (an nvvm sreg read, inline PTX)."""
+    from metakernel.dsl.cute_host import device_problem, host_problem
+
+    def module(*ops):
+        return _Op("builtin.module", ops)
+
+    launch = _Op("func.func", [_Op("cute.make_layout"), _Op("cuda.launch_ex"), _Op("func.return")])
+    kernel = _Op("gpu.module", [_Op("gpu.func", [_Op("nvvm.read.ptx.sreg.tid.x"), _Op("llvm.inline_asm", attributes={
+        "asm_string": "cp.async.bulk.commit_group;"})])])
+    assert host_problem(module(launch, kernel)) is None and device_problem(module(launch, kernel)) is None
+    assert "external function" in host_problem(module(launch, _Op("func.func", body=False)))
+    for clock in (_Op("nvvm.read.ptx.sreg.globaltimer"), _Op("nvvm.read.ptx.sreg.clock64"),
+                  _Op("llvm.inline_asm", attributes={"asm_string": "mov.u64 $0, %globaltimer;"}),
+                  _Op("llvm.inline_asm", attributes={"asm_string": "mov.u32 $0, %clock;"})):
+        tree = module(launch, _Op("gpu.module", [_Op("gpu.func", [clock])]))
+        assert "GPU clock" in device_problem(tree)
+        assert host_problem(tree) is None  # the clock is device code: the host rule never looks inside
+
+
+def test_tirx_clock_ops_are_refused_in_a_gpu_source():
+    """TIRx's profiling intrinsics and clock reads (and inline PTX naming a clock register) in a source built for a
+    GPU grading: refused whatever the name that reached them."""
+    import tvm
+    from tvm.script import tirx as Tx
+
+    from metakernel.dsl.tirx_host import source_problem
+
+    @Tx.prim_func
+    def stamp(buf_ptr: Tx.handle, tag_ptr: Tx.handle, off_ptr: Tx.handle):
+        P = Tx.match_buffer(buf_ptr, (64,), "uint64")
+        G = Tx.match_buffer(tag_ptr, (1,), "uint64")
+        offsets = Tx.match_buffer(off_ptr, (1,), "int32")
+        Tx.device_entry()
+        Tx.cta_id([1])
+        Tx.thread_id([32])
+        Tx.cuda.timer_init(P.data, G.data, offsets.data, 1, 0)
+
+    problem = source_problem(tvm.IRModule({"stamp": stamp}))
+    assert problem is not None and "GPU clock" in problem
 
 
 def test_wrong_files_the_gpu_must_judge_clear_the_static_rules():

@@ -14,6 +14,7 @@ the kernel's and reaches GPU memory only.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from metakernel.dsl.base import refuse_native_code
@@ -73,6 +74,37 @@ def host_problem(module: Any) -> str | None:
     return None
 
 
+#: GPU clocks in device code: the special registers (through nvvm's sreg reads or inline PTX). A kernel that reads
+#: one can tell a row's first call (after the parent's pause) from the others, and time itself; no gold kernel
+#: does. Static rules refuse the names (`cute.arch.clock64`, `globaltimer`); this sees every spelling that ends
+#: in the module (`cute.arch.nvvm_wrappers.llvm.inline_asm("mov.u64 $0, %globaltimer;", ...)`).
+CLOCK_REGISTERS = re.compile(r"(?i)globaltimer|%clock|sreg\.clock")
+
+
+def _device_ops(op: Any, inside: bool = False) -> Any:
+    """Every op nested in `op` inside device-code regions."""
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                operation = inner.operation
+                now = inside or operation.name in DEVICE_OPS
+                if now:
+                    yield operation
+                yield from _device_ops(operation, now)
+
+
+def device_problem(module: Any) -> str | None:
+    """Why a module's device code may not be built for a GPU grading (it reads a GPU clock), or None."""
+    for operation in _device_ops(module.operation):
+        text = operation.name
+        if operation.name == "llvm.inline_asm":
+            text = str(operation.attributes["asm_string"]) if "asm_string" in operation.attributes else ""
+        if CLOCK_REGISTERS.search(text):
+            return (f"device code reading a GPU clock ({operation.name}): kernels may not time themselves or tell "
+                    "calls apart")
+    return None
+
+
 def confine() -> None:
     """Check every module the DSL builds (idempotent)."""
     if CONFINEMENT.active:
@@ -82,7 +114,7 @@ def confine() -> None:
     original = BaseDSL.build_module
 
     def build_module(self: Any, module: Any, function_name: str) -> Any:
-        problem = host_problem(module)
+        problem = host_problem(module) or device_problem(module)
         if problem:
             refuse_native_code(problem)
         return original(self, module, function_name)
