@@ -4,7 +4,8 @@
 #   METAKERNEL_REVISION=<commit> [STATE=.dev/state/h200-gold.json] [SEED=validation/<report>.json] [BUDGET=480] \
 #     bash scripts/h200_validate_gold.sh [SELECTION...]
 #
-# Prints the sandbox's isolation self-test first, then grades solutions/ (gold must pass, wrong and red-team files
+# Prints the sandbox's isolation self-test first (and, once per machine, runs the static rules' reachability walks
+# against this machine's libraries), then grades solutions/ (gold must pass, wrong and red-team files
 # must be rejected as their docstrings say), resuming, re-grading entries of another grader, and stopping new
 # gradings after $BUDGET seconds. Exit 3 means "more to do: run it again".
 #
@@ -29,6 +30,15 @@ if [ -n "${OUT:-}" ]; then
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 python3 -m metakernel.grader.probe | tee "${OUT:-/tmp}/isolation.txt"
+# The static rules judge names against the libraries installed here: walk every module and function an allowed
+# chain of names reaches with this machine's torch and DSLs (once per machine; the result comes back under $OUT).
+mkdir -p .dev/state
+if [ ! -f .dev/state/reachability.txt ] && python3 -c "import pytest" 2>/dev/null; then
+  python3 -m pytest -q -p no:cacheprovider tests/test_static_rules.py -k "reachable or reviewed" \
+    > .dev/state/reachability.txt 2>&1 || echo "h200_validate_gold: the reachability walks FAILED here" >&2
+  tail -3 .dev/state/reachability.txt
+fi
+[ -f .dev/state/reachability.txt ] && [ -n "${OUT:-}" ] && cp .dev/state/reachability.txt "$OUT/"
 python3 -m metakernel problems validate --gold "$@" --device cuda --report "$report" --resume \
   --time-budget "${BUDGET:-480}"
 status=$?
