@@ -40,3 +40,26 @@ def test_a_request_leaves_no_earlier_draw_in_the_input_arena(tmp_path: Path):
         assert len(offsets) == 4, offsets
     finally:
         worker.close()
+
+
+def test_the_gate_s_copies_leave_the_kernel_s_allocations_where_they_were():
+    """A probe launch at the start of `solve` told an audited or randomised call from the others by where its next
+    allocation landed (the gate's copies took the block it had just freed; session 22's red-teamer): the gate's
+    tensors now come from a private pool, so the kernel's allocator state is the same in every mode."""
+    from metakernel.dsl.base import LaunchGate
+
+    size = 36 << 20
+    src = torch.randn(size // 4, device="cuda")
+    seen = {}
+    for mode in ("run", "audit", "randomize", "suppress"):
+        gate = LaunchGate(mode="suppress" if mode == "suppress" else "run", audit=mode == "audit",
+                          randomize=mode == "randomize", pool=torch.cuda.MemPool())
+        freed = torch.empty(size, dtype=torch.uint8, device="cuda")
+        address = freed.data_ptr()
+        del freed
+        gate.should_launch((src,), {}, ("probe",))
+        gate.after_launch()
+        again = torch.empty(size, dtype=torch.uint8, device="cuda")
+        seen[mode] = again.data_ptr() == address
+        del again, gate
+    assert all(seen.values()), seen

@@ -7,7 +7,9 @@ the prompt guide. A third DSL is one new module implementing `DslAdapter`.
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -63,6 +65,10 @@ class LaunchGate:
     only: frozenset[str] | None = None
     units: set[tuple[str, ...]] = field(default_factory=set)
     protected: frozenset[int] = frozenset()  # storage addresses of the problem inputs (never poisoned)
+    # A private CUDA memory pool for the gate's own tensors (audit copies, random fills, saved arguments): made in
+    # the caching allocator's default pool they moved where the kernel's next allocation landed, so a probe launch
+    # at the start of `solve` told an audited call from the others (session 22's red-teamer). None: the CPU.
+    pool: Any = None
     _restore: list[Any] = field(default_factory=list)
 
     def should_launch(self, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None,
@@ -79,16 +85,43 @@ class LaunchGate:
         targeted = self.only is None or bool(self.only.intersection(unit))
         if self.audit:
             live = _tensors(args, kwargs or {})
-            self.audited.append(AuditedLaunch([t.detach().clone() for t in live], unit,
-                                              [t.data_ptr() for t in live], live=live))
+            with self._aside():
+                self.audited.append(AuditedLaunch([t.detach().clone() for t in live], unit,
+                                                  [t.data_ptr() for t in live], live=live))
         if self.randomize and self.mode == "run" and targeted:
-            self._perturb(args, kwargs or {})
+            with self._aside():
+                self._perturb(args, kwargs or {})
         if self.mode == "run" or (self.mode == "suppress" and not targeted):
             return True
         self.suppressed += 1
         if self.mode == "suppress":
-            self._garble(args, kwargs or {})
+            with self._aside():
+                self._garble(args, kwargs or {})
         return False
+
+    @contextlib.contextmanager
+    def _aside(self) -> Iterator[None]:
+        """Allocations of the gate's own go to its private pool (`pool`), not where the kernel's land.
+
+        Where the pool cannot be entered the gate allocates as before: a failure of ours must never surface inside
+        the kernel's call, where it would be charged to the kernel.
+        """
+        if self.pool is None:
+            yield
+            return
+        import torch
+
+        try:
+            routed = torch.cuda.use_mem_pool(self.pool)
+            routed.__enter__()
+        except Exception:  # noqa: BLE001 - the pool is a hardening, never a reason to fail a launch
+            self.pool = None
+            yield
+            return
+        try:
+            yield
+        finally:
+            routed.__exit__(None, None, None)
 
     def _garble(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         import torch
@@ -118,7 +151,8 @@ class LaunchGate:
 
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
-            last.after = [t.detach().clone() for t in last.live]
+            with self._aside():
+                last.after = [t.detach().clone() for t in last.live]
             last.live = []
         if not self._restore:
             return
@@ -126,10 +160,11 @@ class LaunchGate:
 
         if torch.cuda.is_available():
             torch.cuda.synchronize()  # the launch may be on any stream: let it finish first
-        for view, saved, perturbed in self._restore:
-            if torch.equal(view, perturbed):
-                view.copy_(saved)
-        self._restore = []
+        with self._aside():
+            for view, saved, perturbed in self._restore:
+                if torch.equal(view, perturbed):
+                    view.copy_(saved)
+            self._restore = []
 
     def _perturb(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         import torch

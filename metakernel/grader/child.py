@@ -527,6 +527,20 @@ class Child:
         gate.randomize = mode == "randomize"
         gate.only = frozenset(str(n) for n in only) if only else None
 
+    def _private_pool(self) -> None:
+        """A fresh private CUDA pool for the gate's tensors in this row (`LaunchGate.pool`), dropped at its end.
+
+        One per row, so its memory goes back once the row's copies are gone: a pool kept for the whole grading
+        would hold an audit's copies of every argument (gigabytes for the KV-cache problems) away from the kernel.
+        """
+        torch = self.torch
+        if self.gate is None or self.device != "cuda" or not hasattr(torch.cuda, "MemPool"):
+            return
+        try:
+            self.gate.pool = torch.cuda.MemPool()
+        except Exception:  # noqa: BLE001 - a hardening: without it the gate allocates as before
+            self.gate.pool = None
+
     def _set_mode(self, mode: str) -> None:
         if self.gate is not None:
             self.gate.mode = mode if mode != "run" or not self.config.get("dry_run") else "intercept"
@@ -723,6 +737,8 @@ class Child:
         mode = str(msg.get("mode", "run"))
         if focus is not None and not 0 <= focus < count:
             raise _Fail("infra_error", "a row's focus call lies outside the row", "protocol")
+        if focus is not None and mode != "run":
+            self._private_pool()
         probe_before = host_probe()
         for j in range(count):
             if j < len(masks) and masks[j]:
@@ -766,6 +782,8 @@ class Child:
                 self._audit_reply(msg, reply, out_blobs)
             if self.gate is not None and mode in ("audit", "randomize"):
                 reply["randomized"] = self.gate.randomized
+            if self.gate is not None:  # the gate's copies die with this row, and its pool with them
+                self.gate.audited, self.gate.pool = [], None
         if self.device == "cpu":
             reply["inputs_after_draws"] = [[transport.pack_value(x, out_blobs) for x in d] for d in draws]
         steps["export"] = _perf()
