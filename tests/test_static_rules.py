@@ -703,43 +703,31 @@ _TOUCHES = frozenset(("__dict__ setattr vars __globals__ __setattr__ __closure__
                       "__builtins__ f_back f_globals update_wrapper getmembers").split())
 
 
-def test_no_reachable_function_reads_or_writes_attributes_by_name_unreviewed():
-    """Every function a chain of allowed names reaches (each name judged on its own chain, as the rules judge it)
-    whose code touches any object's `__dict__`, setattr, frames, sys.modules or eval is refused by name or reviewed:
-    a red-teamer called LRScheduler.load_state_dict with a module as `self` to rewrite the harness's globals, and
-    tvm's inspect_function_capture and cutlass's getmembers / copy_members for the same."""
+def _reachable(depth: int, stop=lambda where, value: False):
+    """(chain, object) for every public attribute the static rules let through, each name judged on its own chain,
+    from every module a kernel may import; modules and classes are followed (`depth` levels, and not where `stop`
+    says so), static and class methods and properties unwrapped to their functions."""
     import importlib
     import types
     import warnings
 
     from metakernel.grader.static import ALLOWED_IMPORTS, attribute_reason
 
-    def names(code: types.CodeType) -> set[str]:
-        found = set(code.co_names)
-        for const in code.co_consts:
-            if isinstance(const, types.CodeType):
-                found |= names(const)
-        return found
-
     roots = {}
-    for name in {n.rstrip(".*") for names_ in ALLOWED_IMPORTS.values() for n in names_} - {"__future__"}:
+    for name in {n.rstrip(".*") for names in ALLOWED_IMPORTS.values() for n in names} - {"__future__"}:
         try:
             roots[name] = importlib.import_module(name)
         except ImportError:
             continue
     seen: set[int] = set()
-    functions: dict[int, tuple[str, types.FunctionType]] = {}
     queue = [(name, module, 0) for name, module in sorted(roots.items())]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         while queue:
-            path, obj, depth = queue.pop(0)
-            if id(obj) in seen or depth > 7:
+            path, obj, level = queue.pop(0)
+            if id(obj) in seen or level > depth:
                 continue
             seen.add(id(obj))
-            if isinstance(obj, types.FunctionType):
-                functions.setdefault(id(obj), (path, obj))
-                continue
             try:
                 attrs = list(vars(obj))
             except TypeError:
@@ -755,8 +743,27 @@ def test_no_reachable_function_reads_or_writes_attributes_by_name_unreviewed():
                     value = value.__func__
                 if isinstance(value, property):
                     value = value.fget
-                if isinstance(value, (types.ModuleType, type, types.FunctionType)):
-                    queue.append((f"{path}.{attr}", value, depth + 1))
+                where = f"{path}.{attr}"
+                yield where, value
+                if isinstance(value, (types.ModuleType, type)) and not stop(where, value):
+                    queue.append((where, value, level + 1))
+
+
+def test_no_reachable_function_reads_or_writes_attributes_by_name_unreviewed():
+    """Every function a chain of allowed names reaches whose code touches any object's `__dict__`, setattr,
+    frames, sys.modules or eval is refused by name or reviewed: a red-teamer called LRScheduler.load_state_dict
+    with a module as `self` to rewrite the harness's globals, and tvm's inspect_function_capture and cutlass's
+    getmembers / copy_members for the same."""
+    import types
+
+    def names(code: types.CodeType) -> set[str]:
+        found = set(code.co_names)
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                found |= names(const)
+        return found
+
+    functions = {id(v): (where, v) for where, v in _reachable(7) if isinstance(v, types.FunctionType)}
     unreviewed = []
     for path, function in functions.values():
         qualified = f"{function.__module__}.{function.__qualname__}"
@@ -777,54 +784,24 @@ def _allowed_module(name: str) -> bool:
     return name.split(".")[0] in ("torch", "cutlass", "tvm")
 
 
-def test_no_forbidden_module_is_reachable_through_allowed_names():
-    """Walks every public attribute the static rules let through, each judged on its own chain of names, from
-    every module a kernel may import, and fails on a module that is neither allowlisted nor reviewed, or on a
-    ctypes class (a red-teamer reached builtins as enum.bltns, importlib.metadata through tvm and ctypes classes
-    through torch.xpu; the CUDA driver and runtime bindings were reachable as cutlass.cuda.cuda,
-    cutlass.utils.hardware_info.driver and cutlass.testing.cuda_runtime)."""
-    import importlib
+def _forbidden(where: str, value: object) -> str | None:
     import types
 
-    from metakernel.grader.static import ALLOWED_IMPORTS, attribute_reason
+    if isinstance(value, types.ModuleType):
+        if not _allowed_module(value.__name__) and value.__name__ not in REVIEWED_MODULES:
+            return f"{where} is the module {value.__name__}"
+        if value.__name__.startswith("cuda.") and not where.startswith("cuda.bindings.driver"):
+            return f"{where} is the CUDA binding {value.__name__}"
+    elif isinstance(value, type) and value.__module__.split(".")[0] in ("ctypes", "_ctypes"):
+        return f"{where} is the ctypes class {value.__name__}"
+    return None
 
-    roots = {}
-    for name in {n.rstrip(".*") for names in ALLOWED_IMPORTS.values() for n in names} - {"__future__"}:
-        try:
-            roots[name] = importlib.import_module(name)
-        except ImportError:
-            continue
-    seen: set[int] = set()
-    found: list[str] = []
-    queue = [(name, module, 0) for name, module in sorted(roots.items())]
-    while queue:
-        path, obj, depth = queue.pop(0)
-        if id(obj) in seen or depth > 5:
-            continue
-        seen.add(id(obj))
-        try:
-            names = list(vars(obj))
-        except TypeError:
-            continue
-        for attr in names:
-            if attr.startswith("_") or attribute_reason(attr, path):
-                continue
-            try:
-                value = getattr(obj, attr)
-            except Exception:  # noqa: BLE001 - lazy attributes that fail to load are not reachable either
-                continue
-            where = f"{path}.{attr}"
-            if isinstance(value, types.ModuleType):
-                if not _allowed_module(value.__name__) and value.__name__ not in REVIEWED_MODULES:
-                    found.append(f"{where} is the module {value.__name__}")
-                    continue
-                if value.__name__.startswith("cuda.") and not where.startswith("cuda.bindings.driver"):
-                    found.append(f"{where} is the CUDA binding {value.__name__}")
-                    continue
-                queue.append((where, value, depth + 1))
-            elif isinstance(value, type):
-                if value.__module__.split(".")[0] in ("ctypes", "_ctypes"):
-                    found.append(f"{where} is the ctypes class {value.__name__}")
-                    continue
-                queue.append((where, value, depth + 1))
+
+def test_no_forbidden_module_is_reachable_through_allowed_names():
+    """Every module a chain of allowed names reaches is allowlisted or reviewed, and no ctypes class is reachable
+    (a red-teamer reached builtins as enum.bltns, importlib.metadata through tvm and ctypes classes through
+    torch.xpu; the CUDA driver and runtime bindings were reachable as cutlass.cuda.cuda,
+    cutlass.utils.hardware_info.driver and cutlass.testing.cuda_runtime)."""
+    found = [why for where, value in _reachable(5, lambda w, v: _forbidden(w, v) is not None)
+             if (why := _forbidden(where, value))]
     assert not found, "\n".join(found[:30])
