@@ -124,7 +124,8 @@ def test_cute_host_and_device_rules_on_an_operation_tree():
     assert "external function" in host_problem(module(launch, _Op("func.func", body=False)))
     for clock in (_Op("nvvm.read.ptx.sreg.globaltimer"), _Op("nvvm.read.ptx.sreg.clock64"),
                   _Op("llvm.inline_asm", attributes={"asm_string": "mov.u64 $0, %globaltimer;"}),
-                  _Op("llvm.inline_asm", attributes={"asm_string": "mov.u32 $0, %clock;"})):
+                  _Op("llvm.inline_asm", attributes={"asm_string": "mov.u32 $0, %clock;"}),
+                  _Op("llvm.call_intrinsic", attributes={"intrin": '"llvm.nvvm.read.ptx.sreg.globaltimer"'})):
         tree = module(launch, _Op("gpu.module", [_Op("gpu.func", [clock])]))
         assert "GPU clock" in device_problem(tree)
         assert host_problem(tree) is None  # the clock is device code: the host rule never looks inside

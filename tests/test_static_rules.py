@@ -648,6 +648,9 @@ def test_odds_and_ends(snippet: str, needle: str) -> None:
     ("import tvm\nfrom tvm.script import tirx as Tx\nf = Tx.cuda.timer_start", ".timer_start"),
     ("f = cute.arch.globaltimer_lo", ".globaltimer_lo"),
     ("import enum\nE = enum.Enum", "used as a value"),
+    ("import tvm\nt = tvm.ir.instrument.PassTimingInstrument()", ".instrument"),
+    ("import tvm\np = tvm.ir.transform.module_pass(len, opt_level=0)", ".module_pass"),
+    ("f = cute.arch.nvvm_wrappers.llvm.call_intrinsic", ".call_intrinsic"),
     ("import enum\nimport functools\np = functools.partial(enum.Enum, 'R')", "used as a value"),
     ("import enum\nclass C(enum.Enum):\n    A = 1\nR = type(C.A)('R', [('a', 1)])", "type(...)(...)"),
 

@@ -78,7 +78,25 @@ def host_problem(module: Any) -> str | None:
 #: one can tell a row's first call (after the parent's pause) from the others, and time itself; no gold kernel
 #: does. Static rules refuse the names (`cute.arch.clock64`, `globaltimer`); this sees every spelling that ends
 #: in the module (`cute.arch.nvvm_wrappers.llvm.inline_asm("mov.u64 $0, %globaltimer;", ...)`).
-CLOCK_REGISTERS = re.compile(r"(?i)globaltimer|%clock|sreg\.clock")
+CLOCK_REGISTERS = re.compile(r"(?i)globaltimer|%clock|sreg\.clock|readcyclecounter|readsteadycounter")
+
+
+def _texts(operation: Any) -> list[str]:
+    """An op's name and every attribute's text.
+
+    A clock register hides in an inline asm's string, or in the intrinsic name of `llvm.call_intrinsic` (session
+    22's red-teamer).
+    """
+    texts = [str(operation.name)]
+    attributes = operation.attributes
+    try:
+        if isinstance(attributes, dict):
+            texts += [str(v) for v in attributes.values()]
+        else:
+            texts += [str(named.attr) for named in attributes]
+    except Exception:  # noqa: BLE001 - an attribute that cannot print: its op's name still counts
+        pass
+    return texts
 
 
 def _device_ops(op: Any, inside: bool = False) -> Any:
@@ -96,10 +114,7 @@ def _device_ops(op: Any, inside: bool = False) -> Any:
 def device_problem(module: Any) -> str | None:
     """Why a module's device code may not be built for a GPU grading (it reads a GPU clock), or None."""
     for operation in _device_ops(module.operation):
-        text = operation.name
-        if operation.name == "llvm.inline_asm":
-            text = str(operation.attributes["asm_string"]) if "asm_string" in operation.attributes else ""
-        if CLOCK_REGISTERS.search(text):
+        if any(CLOCK_REGISTERS.search(text) for text in _texts(operation)):
             return (f"device code reading a GPU clock ({operation.name}): kernels may not time themselves or tell "
                     "calls apart")
     return None

@@ -96,6 +96,10 @@ FEATURE_ATTRIBUTES: dict[str, str] = {
                      "ForwardRef", "from_source", "evaluate"),
                     "attribute access or evaluation by computed name"),
     **dict.fromkeys(("format", "format_map"), "str.format reads attributes named in a string: use an f-string"),
+    # TVM's pass infrastructure runs Python of the kernel's inside the compiler, after the source was checked, and
+    # its instruments time it (a red-teamer's microsecond clock: PassTimingInstrument around a module_pass)
+    **dict.fromkeys(("module_pass", "function_pass", "prim_func_pass", "PassContext"),
+                    "TVM's pass infrastructure: build with tvm.compile(func, target=...) as it is"),
     # the DSL parsers' own evaluators and the ast module: a syntax tree built at run time and compiled by them runs
     # code the static rules never read (the audit hook sees only compiled strings)
     **dict.fromkeys(("ast", "parser", "evaluator", "eval_expr", "eval_assign", "redirect_builtin_function",
@@ -128,9 +132,11 @@ ATTRIBUTE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"(?i)triton|inductor|dynamo|jiterator|cubin|nvrtc|nvjitlink|cudart|cublas|cudnn|cufft|curand"
                 r"|cusparse|cusolver"), _ROUTE),
     (re.compile(r"(?i)profil"), f"profilers: {_TELL}"),
-    # GPU clocks under other names: TIRx's profiling intrinsics read %globaltimer (Tx.cuda.timer_start), CuTe's
-    # cute.arch.globaltimer_lo (found by session 22's red-teamer)
-    (re.compile(r"(?i)^timer_|globaltimer"), f"GPU clocks: {_TELL}"),
+    # Clocks under other names: TIRx's profiling intrinsics read %globaltimer (Tx.cuda.timer_start), CuTe's
+    # cute.arch.globaltimer_lo, TVM's pass timing instrument times any Python callable wrapped as a pass, LLVM's
+    # generic intrinsic call reads any special register by a string (session 22's red-teamers)
+    (re.compile(r"(?i)^timer_|globaltimer|timing|instrument|cyclecounter|steadycounter|^call_intrinsic$"),
+     f"clocks: {_TELL}"),
     (re.compile(r"^(initial_|manual_)?seed(_all)?$|rng_state"), f"random-number state: {_TELL}"),
     (re.compile(r"memory_(allocated|reserved|cached|stats|summary|snapshot|usage|used|fraction)|max_memory"
                 r"|peak_memory|mem_pool|MemPool|allocator|empty_cache|ipc_collect"),
