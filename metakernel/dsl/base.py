@@ -8,6 +8,7 @@ the prompt guide. A third DSL is one new module implementing `DslAdapter`.
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -222,6 +223,13 @@ def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
 #: The audit event an adapter raises when candidate code reaches for native host code (`DslAdapter.confine`); the
 #: grading child's audit hook records it as a sandbox violation, which catching the exception does not undo.
 NATIVE_CODE_EVENT = "metakernel.native_code"
+
+
+#: A GPU clock named in a DSL's IR: the special registers (inline PTX, nvvm's sreg reads) and LLVM's counters. A
+#: kernel that reads one can time itself and tell a row's first call (after the parent's pause) from the others;
+#: no gold kernel does. The static rules refuse the names; the adapters' IR checks (`cute_host.device_problem`,
+#: `tirx_host.source_problem`) see every spelling that ends in the module.
+CLOCK_REGISTERS = re.compile(r"(?i)globaltimer|%clock|sreg\.clock|readcyclecounter|readsteadycounter")
 
 
 def refuse_native_code(what: str) -> None:

@@ -14,10 +14,9 @@ the kernel's and reaches GPU memory only.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from metakernel.dsl.base import refuse_native_code
+from metakernel.dsl.base import CLOCK_REGISTERS, refuse_native_code
 
 #: Ops of other dialects a host function may hold (an allowlist: the gold kernels' host functions use these, and a
 #: red-team file called libc's memcpy through a body-less `func.func` declaration and `func.call`).
@@ -72,13 +71,6 @@ def host_problem(module: Any) -> str | None:
             return (f"host code with {operation.name}: a GPU kernel's host function may build layouts and launch, "
                     "not read or write memory (do that in the kernel)")
     return None
-
-
-#: GPU clocks in device code: the special registers (through nvvm's sreg reads or inline PTX). A kernel that reads
-#: one can tell a row's first call (after the parent's pause) from the others, and time itself; no gold kernel
-#: does. Static rules refuse the names (`cute.arch.clock64`, `globaltimer`); this sees every spelling that ends
-#: in the module (`cute.arch.nvvm_wrappers.llvm.inline_asm("mov.u64 $0, %globaltimer;", ...)`).
-CLOCK_REGISTERS = re.compile(r"(?i)globaltimer|%clock|sreg\.clock|readcyclecounter|readsteadycounter")
 
 
 def _texts(operation: Any) -> list[str]:

@@ -19,10 +19,10 @@ design: there none of this applies, and the CPU grader is no trust boundary (doc
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from typing import Any
 
+from metakernel.dsl.base import CLOCK_REGISTERS
 from metakernel.dsl.base import refuse_native_code as refuse
 
 #: Calls TVM's lowering puts into a GPU module's host functions: argument unpacking and checks, the launch.
@@ -43,12 +43,10 @@ RAW_MEMORY = frozenset({
 })
 
 #: GPU clocks (and the profiler's intrinsics, which read one): refused anywhere in a source built for a GPU
-#: grading, as are string operands naming a clock register (inline PTX). A kernel that reads one can time itself
-#: and tell a row's first call from the others; the static rules refuse the names, this sees every spelling.
+#: grading, as are string operands naming a clock register (`base.CLOCK_REGISTERS`: inline PTX).
 CLOCK_OPS = frozenset({"tirx.cuda.clock64", "tirx.cuda.mov_sreg", "tirx.timer_init_cuda", "tirx.timer_start_cuda",
                        "tirx.timer_end_cuda", "tirx.timer_finalize_cuda", "tirx.start_profile_intrinsic",
                        "tirx.end_profile_intrinsic"})
-CLOCK_TEXT = re.compile(r"(?i)globaltimer|%clock")
 
 #: Buffer loads and stores by their IR type keys (`tvm.tirx.BufferLoad` is a function that builds an ir.TensorLoad).
 BUFFER_ACCESS = frozenset({"ir.TensorLoad", "tirx.BufferLoad", "tirx.BufferStore"})
@@ -124,7 +122,7 @@ def source_problem(mod: Any) -> str | None:
             if op in RAW_MEMORY:
                 return f"{op.removeprefix('tirx.')} in {name} (raw memory access or a call into the process)"
             if op in CLOCK_OPS or (op is None and isinstance(getattr(node, "value", None), str)
-                                   and CLOCK_TEXT.search(node.value)):
+                                   and CLOCK_REGISTERS.search(node.value)):
                 return (f"{op.removeprefix('tirx.') if op else 'a clock register'} in {name} (a GPU clock: kernels "
                         "may not time themselves or tell calls apart)")
     return None

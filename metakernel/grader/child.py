@@ -509,10 +509,11 @@ class Child:
         return out, seconds, (self.gate.launches - before) if self.gate is not None else 0
 
     def _focus_mode(self, mode: str, only: Any) -> None:
-        """The gate set for one call of a row (an ablation's or the audit's focus call), or back to "run" after it.
+        """The gate's mode and ablation flags, for a row's focus call or for a whole request (`_set_mode`).
 
-        Unlike `_set_mode` nothing is reset: the row's launch counts and units run on, and the focus call's audited
-        copies and randomised count stay for the reply.
+        A focus call is an ablation or the audit; "run" after it sets the gate back. Nothing is reset here:
+        within a row the launch counts and units run on, and the focus call's audited copies and randomised count
+        stay for the reply. "run" is "intercept" in a dry run.
         """
         gate = self.gate
         if gate is None:
@@ -542,20 +543,22 @@ class Child:
             self.gate.pool = None
 
     def _set_mode(self, mode: str) -> None:
+        """The gate in `mode` for a whole request, its counts forgotten."""
+        self._focus_mode(mode, None)
         if self.gate is not None:
-            self.gate.mode = mode if mode != "run" or not self.config.get("dry_run") else "intercept"
             self.gate.reset()
 
     def call(self, msg: dict[str, Any], blobs: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
-        """One call of solve, the same for every request: poison, (spin), probe, bracket, probe, copy outputs."""
+        """One call of solve outside a row (the free check's): poison, (spin), probe, bracket, probe, copy outputs.
+
+        Ablations and audits are not made here: they are a row's focus call (`row`), so nothing tells them apart.
+        """
         self._check_clean()
         mode = msg.get("mode", "run")
-        self._set_mode("run" if mode in ("audit", "randomize") else mode)
-        if self.gate is not None:
-            self.gate.audit = mode == "audit"
-            self.gate.randomize = mode == "randomize"
-            only = msg.get("only")
-            self.gate.only = frozenset(str(n) for n in only) if only else None
+        if mode not in ("run", "intercept"):
+            raise _Fail("infra_error", f"a one-call request in mode {mode!r}: ablations and audits come in rows",
+                        "protocol")
+        self._set_mode(mode)
         steps = {"enter": _perf()}  # where a request's time goes (diagnostics only: never scored)
         inputs = self.inputs(msg["inputs"], blobs)
         if self.gate is not None:
@@ -576,12 +579,7 @@ class Child:
         steps["flush_spin"] = _perf()
         probe_before = host_probe()
         events = self.guard.events if self.guard is not None else 0
-        try:
-            out, host_s = self._bracket(inputs)
-        finally:
-            if self.gate is not None:
-                self.gate.audit = self.gate.randomize = False
-                self.gate.only = None
+        out, host_s = self._bracket(inputs)
         window_events = (self.guard.events - events) if self.guard is not None else 0
         probe_after = host_probe()
         # One clock since protocol 2 (the bound perf_counter around a device-wide sync): `event_s` is that bracket.
@@ -598,11 +596,6 @@ class Child:
             reply["inputs_after"] = [transport.pack_value(x, out_blobs) for x in inputs]
         if mode == "intercept" and self.adapter is not None:
             reply["resources"] = self.adapter.resources()  # the check's table: what each kernel asks of an SM
-        if self.gate is not None and mode == "audit":
-            self._audit_reply(msg, reply, out_blobs)
-        if self.gate is not None and mode == "randomize":
-            reply["randomized"] = self.gate.randomized
-        steps["audit_copies"] = _perf()
         del out, inputs
         self._check_clean()
         self._collect()
@@ -657,7 +650,6 @@ class Child:
                             "after": None if launch.after is None else pack(launch.after, keep,
                                                                             launch.addresses)})
         reply["audited"] = audited
-        reply["randomized"] = self.gate.randomized
         if free:
             self.b.sync()  # the parent reads the arena as soon as the reply arrives
 

@@ -69,6 +69,10 @@ _HOOKS = "torch function/dispatch hooks and tensor subclasses: outputs must be p
 _FFI = "raw FFI, extern calls or module loading: they bypass launch accounting"
 _TELL = "a kernel must not tell checked calls from timed ones"
 _SETTINGS = "global torch settings: the harness's state, not yours"
+_CUDA_API = ("the CUDA driver or runtime API reached through CuTe's internals: it copies to and from any address "
+             "and launches code behind the DSL (for a stream: cuda.bindings.driver.CUstream)")
+_TVM_LIBRARY = ("TVM's operator libraries, graph compiler and auto-schedulers write the kernel for you: write it in "
+                "TVMScript (@Tx.prim_func) and build it with tvm.compile")
 #: Attribute names refused on any object: features that bypass the DSL, the timing or the outputs' checks.
 FEATURE_ATTRIBUTES: dict[str, str] = {
     **dict.fromkeys(("graph", "graphs", "CUDAGraph", "make_graphed_callables", "is_current_stream_capturing"),
@@ -113,6 +117,17 @@ FEATURE_ATTRIBUTES: dict[str, str] = {
                      "parse_intermixed_args", "parse_known_intermixed_args", "add_argument", "Formatter",
                      "get_field", "vformat", "SimpleNamespace", "deepcopy", "copymodule", "astuple", "asdict"),
                     "sets attributes or module globals named by data: assign names of your own"),
+    # CuTe's modules that hold the CUDA driver and runtime bindings (`cutlass.cuda.cuda`,
+    # `cutlass.utils.hardware_info.driver`, `cutlass.testing.cuda_runtime`, ...; tests/test_static_rules.py walks
+    # every chain to them). `cuda` and `driver` themselves are judged by their chain (`_attribute_reason`), since
+    # `torch.cuda`, `Tx.cuda.cta_sync` and `cuda.bindings.driver` are the kernels' own API.
+    **dict.fromkeys(("cuda_driver cuda_runtime cuda_jit_executor cuda_event_adapter cuda_stream_adapter "
+                     "cuda_library_adapter hardware_info testing cutlass_dsl libinfo tvm_ffi_libinfo").split(),
+                    _CUDA_API),
+    # TVM's operator libraries, graph compiler and schedulers: kernels TVM writes, not TIRx the kernel file writes
+    # (`tvm.topi.nn.softmax` scheduled by `tvm.dlight`, a Relax module calling cuBLAS)
+    **dict.fromkeys("relax topi te dlight s_tir meta_schedule autotvm auto_scheduler create_prim_func".split(),
+                    _TVM_LIBRARY),
     # library functions that read or write any object's __dict__, a function's globals or members by name when
     # called with a module or the harness's objects as `self` (a red-teamer's LRScheduler.load_state_dict(module,
     # ...), inspect_function_capture, getmembers / copy_members; tests/test_static_rules.py scans every function a
@@ -144,22 +159,6 @@ ATTRIBUTE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^register_module_"), "global module hooks: they see the harness's calls"),
     (re.compile(r"^export"), "exporting compiled code writes files: keep it in memory"),
 )
-_CUDA_API = ("the CUDA driver or runtime API reached through CuTe's internals: it copies to and from any address "
-             "and launches code behind the DSL (for a stream: cuda.bindings.driver.CUstream)")
-#: Modules of CuTe's that hold the CUDA driver and runtime bindings (`cutlass.cuda.cuda`,
-#: `cutlass.utils.hardware_info.driver`, `cutlass.testing.cuda_runtime`, ...; tests/test_static_rules.py walks every
-#: chain to them): refused on any object. `cuda` and `driver` are refused on chains rooted at cutlass only, since
-#: `torch.cuda`, `Tx.cuda.cta_sync` and `cuda.bindings.driver` are the kernels' own API.
-CUDA_API_ATTRIBUTES = frozenset((
-    "cuda_driver cuda_runtime cuda_jit_executor cuda_event_adapter cuda_stream_adapter cuda_library_adapter "
-    "hardware_info testing cutlass_dsl libinfo tvm_ffi_libinfo").split())
-CUDA_API_ON_CUTLASS = frozenset(("cuda", "driver"))
-#: TVM's operator libraries, graph compiler and schedulers: kernels TVM writes, not TIRx the kernel file writes
-#: (`tvm.topi.nn.softmax` scheduled by `tvm.dlight`, a Relax module calling cuBLAS). Refused on any object.
-TVM_LIBRARY_ATTRIBUTES = frozenset(("relax topi te dlight s_tir meta_schedule autotvm auto_scheduler "
-                                    "create_prim_func").split())
-_TVM_LIBRARY = ("TVM's operator libraries, graph compiler and auto-schedulers write the kernel for you: write it in "
-                "TVMScript (@Tx.prim_func) and build it with tvm.compile")
 #: Names the DSL owns: fine on a chain of names starting at the DSL (`cute.compile`), refused on anything else.
 DSL_ONLY_ATTRIBUTES: dict[str, str] = {
     "compile": "torch.compile / Module.compile is another compiler: only cute.compile or tvm.compile",
@@ -471,13 +470,9 @@ class _Checker:
         if name.startswith("_"):
             own = on_self and name in self.own_private
             return None if own else "private attribute: only public API (and self._name this file defines)"
-        if name in CUDA_API_ATTRIBUTES or (name in CUDA_API_ON_CUTLASS and origin.path is not None
-                                           and origin.path.split(".")[0] == "cutlass"):
-            return _CUDA_API
-        if name == "driver" and origin.path != "cuda.bindings":
-            return _CUDA_API
-        if name in TVM_LIBRARY_ATTRIBUTES:
-            return _TVM_LIBRARY
+        if (name == "cuda" and (origin.path or "").split(".")[0] == "cutlass") or (
+                name == "driver" and origin.path != "cuda.bindings"):
+            return _CUDA_API  # the CUDA bindings under CuTe's names; torch.cuda and cuda.bindings.driver stay
         reason = MODULE_ATTRIBUTES.get(name) or FEATURE_ATTRIBUTES.get(name)
         reason = reason or next((why for pattern, why in ATTRIBUTE_PATTERNS if pattern.search(name)), None)
         if reason:
