@@ -568,7 +568,6 @@ class Evaluation:
 
     def audits(self) -> None:
         """The audit at every position of a row, in a random order (`ablation_positions` says why)."""
-        self.report.phases_s["audit_call"] = 0.0
         row = self.row_size()
         for position in _RANDOM.sample(range(row), row):
             self.audit(position)
