@@ -56,6 +56,12 @@ MODULE_ATTRIBUTES: dict[str, str] = {
     # reachability test in tests/test_static_rules.py walks every allowed root for more)
     **dict.fromkeys(("bltns", "im", "metadata", "c_void_p", "c_uint32", "c_double", "c_char_p", "c_int", "c_int64",
                      "c_uint64", "c_size_t", "c_float", "CDLL", "PyDLL", "cdll", "pydll", "pythonapi"), _STDLIB),
+    # NVML's bindings, which torch.cuda imports where installed (the GPU image), star-import ctypes: memmove and
+    # friends read and write any address (the walks reached them on the H200 only, in session 23)
+    **dict.fromkeys(("pynvml", "memmove", "memset", "string_at", "wstring_at", "create_string_buffer",
+                     "create_unicode_buffer", "byref", "addressof", "CFUNCTYPE", "PYFUNCTYPE", "POINTER",
+                     "from_address", "from_buffer", "from_buffer_copy", "in_dll"),
+                    "ctypes reached through another module (NVML's bindings): raw reads and writes of any address"),
     "select": f"{_STDLIB} (for a tensor, index it: x[:, i])",
     "torch": "torch reached through another module: `import torch`; for a stream, make_fake_stream("
              "use_tvm_ffi_env_stream=True) or cuda.bindings.driver.CUstream(torch.cuda.current_stream().cuda_stream)",
