@@ -43,4 +43,10 @@ python3 -m metakernel problems validate --gold "$@" --device cuda --report "$rep
   --time-budget "${BUDGET:-480}"
 status=$?
 if [ "$report" != "$STATE" ] && [ -f "$report" ]; then cp "$report" "$STATE"; fi
+# A failed walk is a route the static rules do not know on this machine (session 23: torch.cuda.pynvml, on the GPU
+# image only): say so last, where the call's output tail shows it.
+if grep -q "^FAILED" .dev/state/reachability.txt 2>/dev/null; then
+  echo "h200_validate_gold: REACHABILITY WALKS FAILED on this machine (a route the static rules do not know):" >&2
+  grep -E "^E +AssertionError" .dev/state/reachability.txt | cut -c1-300 >&2
+fi
 exit $status

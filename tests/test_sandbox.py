@@ -144,7 +144,6 @@ attempt("write in work dir", lambda: open(os.path.join(os.environ["WORK"], "ok.t
 attempt("import triton", lambda: __import__("triton"))
 attempt("settrace", lambda: sys.settrace(None))
 _buffer = bytearray(8)
-attempt("object address", lambda: id(_buffer))
 attempt("ctypes from_buffer", lambda: ctypes.c_char.from_buffer(_buffer))
 attempt("another audit hook", lambda: sys.addaudithook(lambda *a: None))
 import json as _j  # an already-imported module is fine
@@ -159,8 +158,8 @@ print(json.dumps(results))
 
 
 def test_the_audit_hook_refuses_what_kernels_may_not_do(tmp_path):
-    """Pins the audit hook's policy (the tripwire in front of the OS walls): frames, gc, object addresses and
-    ctypes buffers from the candidate's code, sockets, processes, forbidden imports, tracing, more audit hooks
+    """Pins the audit hook's policy (the tripwire in front of the OS walls): frames, gc and ctypes buffers from
+    the candidate's code, sockets, processes, forbidden imports, tracing, more audit hooks
     and writes outside the work dir are refused and recorded; writing in the work dir is not."""
     import json
     import os
@@ -176,7 +175,7 @@ def test_the_audit_hook_refuses_what_kernels_may_not_do(tmp_path):
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout.strip().splitlines()[-1])
     for name in ("frame", "gc", "socket", "process", "fork", "write outside", "import triton", "settrace",
-                 "traceback frame", "object address", "ctypes from_buffer"):
+                 "traceback frame", "ctypes from_buffer"):
         assert got[name] == "refused", (name, got)
     assert got["write in work dir"] == "allowed"
     # CPython swallows a hook's refusal of sys.addaudithook, but the attempt is recorded: the grading ends there

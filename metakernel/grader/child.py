@@ -60,10 +60,7 @@ EVALUATED = frozenset({"<string>", "<ast>"})
 CANDIDATE_REFUSED = ("sys._getframe", "sys._getframemodulename", "object.__getattr__", "object.__setattr__",
                      "object.__delattr__", "function.__new__", "code.__new__",
                      "_thread.start_new_thread", "ctypes.string_at", "ctypes.cdata", "ctypes.addressof",
-                     "ctypes.dlsym", "ctypes.cdata/buffer", "mmap.__new__", "builtins.id")
-#: What a refusal adds for a model to act on.
-REFUSAL_HINTS = {"builtins.id": " (an object's address, where every raw-memory route starts: key caches by shape "
-                                 "and dtype)"}
+                     "ctypes.dlsym", "ctypes.cdata/buffer", "mmap.__new__")
 
 
 class _Fail(Exception):
@@ -277,8 +274,7 @@ class Guard:
             self._check_tree_compile()
             return
         if event in CANDIDATE_REFUSED and self._from_candidate():
-            self.refuse(event + (f" {args[1]}" if event.startswith("object.") and len(args) > 1 else "")
-                        + REFUSAL_HINTS.get(event, ""))
+            self.refuse(event + (f" {args[1]}" if event.startswith("object.") and len(args) > 1 else ""))
 
 
 #: Callers whose string compiles are not code the candidate chose: the import system compiling a module file from

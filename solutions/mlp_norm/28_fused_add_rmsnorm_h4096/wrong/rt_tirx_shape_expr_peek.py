@@ -6,8 +6,8 @@ lowering turns a buffer's shape into a host-side check, which then copies 8 byte
 (field 8 of a DLTensor, its byte offset, sits at +40) with nothing but the glue's own calls in the host code. The
 first confinement walked only function bodies. Named `__tvm_peek`, the function also ran in the free check: the
 launch gate passes names TVM keeps for its own. The file reads a CPU tensor's first element through its address at
-import (the red team's marker; with `id()` for addresses, refused from session 23, the clock rebinding of
-`rt_tirx_llvm_oob_clock` works the same way).
+import (the red team's marker; with `id()` for addresses the clock rebinding of `rt_tirx_llvm_oob_clock` works the
+same way).
 Found by the session-17 red-teamer against the confinement (dry run: the read happened). Closed: the source check
 walks whole functions (buffer maps and attributes too) and refuses `__tvm`-prefixed and dotted names.
 
