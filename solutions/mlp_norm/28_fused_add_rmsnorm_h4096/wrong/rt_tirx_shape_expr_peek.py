@@ -5,9 +5,8 @@ Problem 28's honest CUDA kernel, plus a function whose only content is a `match_
 lowering turns a buffer's shape into a host-side check, which then copies 8 bytes from any address to any address
 (field 8 of a DLTensor, its byte offset, sits at +40) with nothing but the glue's own calls in the host code. The
 first confinement walked only function bodies. Named `__tvm_peek`, the function also ran in the free check: the
-launch gate passes names TVM keeps for its own. The file reads a CPU tensor's first element through its address at
-import (the red team's marker; with `id()` for addresses the clock rebinding of `rt_tirx_llvm_oob_clock` works the
-same way).
+launch gate passes names TVM keeps for its own. With `id()` giving addresses, the file reads a Python int's type
+pointer at import (the red team's marker; the clock rebinding of `rt_tirx_llvm_oob_clock` works the same way).
 Found by the session-17 red-teamer against the confinement (dry run: the read happened). Closed: the source check
 walks whole functions (buffer maps and attributes too) and refuses `__tvm`-prefixed and dotted names.
 
@@ -107,7 +106,7 @@ def solve(x, residual, weight):
 
 
 _OUT = torch.zeros(1, dtype=torch.int64)
-_KNOWN = torch.tensor([12345678987654321], dtype=torch.int64)
+_KNOWN = 12345678987654321
 
 
 def _make_peek(src, dst):
@@ -130,4 +129,4 @@ def _peek(addr):
     return int(_OUT[0])
 
 
-_SEEN = _peek(_KNOWN.data_ptr())  # 12345678987654321 when the read worked
+_SEEN = _peek(id(_KNOWN) + 8)  # an int's ob_type: id(int) when the read worked
