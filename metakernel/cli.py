@@ -123,9 +123,12 @@ def problems_show(number: int, as_json: bool) -> None:
 @click.option("--untimed", is_flag=True,
               help="With --gold --device cuda: correctness, ablations, audit and DSL share only (no timing, no "
                    "baselines): the kernel writer's loop, seconds per file.")
+@click.option("--jobs", type=click.IntRange(1, 8), default=1, show_default=True,
+              help="With --gold --device cuda: grade this many files at once; their untimed phases overlap, every "
+                   "timed phase still has the GPU alone.")
 def problems_validate(selection: tuple[str, ...], device: str, scale: str | None, as_json: bool,
                       report_path: Path | None, gold: bool, resume: bool, time_budget: float | None,
-                      untimed: bool) -> None:
+                      untimed: bool, jobs: int) -> None:
     """Prove problems sane (contract, seeds, determinism, precision, rejections, alt_reference, size, time).
 
     Checks: the file contract; fresh seeds; determinism; precision vs the float64 anchor; the rule rejects
@@ -144,11 +147,14 @@ def problems_validate(selection: tuple[str, ...], device: str, scale: str | None
         raise UserError("--resume needs --report FILE")
     if untimed and not (gold and device == "cuda"):
         raise UserError("--untimed grades solutions on the GPU: use it with --gold --device cuda")
+    if jobs > 1 and not (gold and device == "cuda"):
+        raise UserError("--jobs grades solutions side by side on the GPU: use it with --gold --device cuda")
     if gold:
         from metakernel.validate_run import run_gold_validation
 
         sys.exit(run_gold_validation(",".join(selection), device=device, as_json=as_json, report_path=report_path,
-                                     resume=resume, time_budget=time_budget, timed=not untimed))
+                                     resume=resume, time_budget=time_budget, timed=not untimed,
+                                     jobs=jobs))
     code = run_validation(",".join(selection), device=device, scale=scale, as_json=as_json,
                           report_path=report_path, resume=resume, time_budget=time_budget)
     sys.exit(code)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -157,11 +158,13 @@ GOLD_SCHEMA = "metakernel.validation.gold/1"
 
 
 def run_gold_validation(selection: str, *, device: str, as_json: bool, report_path: Path | None,
-                        resume: bool = False, time_budget: float | None = None, timed: bool = True) -> int:
+                        resume: bool = False, time_budget: float | None = None, timed: bool = True,
+                        jobs: int = 1) -> int:
     """Grade every gold and wrong solution (GPU), or dry-run them (CPU); 0 when every expectation holds.
 
     `timed=False` is the development loop: correctness, ablations, audit and DSL share without the timing phase
     and baselines. Its entries say `"timed": false`; a timed run re-grades them (an untimed run keeps timed ones).
+    `jobs` > 1 grades that many files at once on the GPU (`validate_lanes`), every timed phase still alone.
     """
     import torch
 
@@ -207,36 +210,63 @@ def run_gold_validation(selection: str, *, device: str, as_json: bool, report_pa
             return None  # refused by the static rules: no child to start
         return PendingWorker(catalog.problem(sol.number), sol.dsl, sol.path, "cuda", options)
 
-    ahead = Prefetch(start_ahead, lambda sol: _arena_bytes(catalog.problem(sol.number)))
+    written = threading.Lock()  # the report and the terminal, between lanes
+
+    def record(sol: gold.Solution, report: Any, dry: bool = False) -> None:
+        entry = gold.entry(sol, report)
+        if dry and sol.kind == "wrong" and sol.expected_reason != "static":
+            # The dry run cannot see wrong values, hangs or token kernels: only the GPU grades those.
+            entry["ok"] = report.status in ("passed", sol.expected_status)
+            entry["note"] = "needs the GPU to show its expected reason"
+        entry["graded_at"] = data["runs"][-1]["revision"].get("commit")  # a resumed report spans commits,
+        entry["grader"] = fingerprint  # but each entry was graded by this grader code
+        if device == "cuda":
+            entry["timed"] = timed
+            entry["gpu"] = (data["runs"][-1].get("gpu") or {}).get("name")  # one report can span an H100 and an H200
+        with written:
+            data["solutions"][sol.key] = entry
+            if report_path:
+                _summarise_gold(data)
+                _write_report(report_path, data)
+
+    def announce(sol: gold.Solution) -> None:
+        with written:
+            click.echo(f"grading {sol.key} ({sol.kind}, expect {sol.expected_status}/{sol.expected_reason})",
+                       err=True)
+
     started = time.monotonic()  # the budget is the gradings' (the fingerprint and the catalog take a while on a
     # loaded machine: a 0.5 s budget once ran out before the first grading)
+    if device == "cuda" and jobs > 1:
+        from metakernel.grader.sharing import GpuShare
+        from metakernel.validate_lanes import Lanes, run_lanes
+
+        share = GpuShare()
+        # sized now, before any timed phase: sizing draws inputs on the GPU
+        sizes = {n: _arena_bytes(catalog.problem(n)) for n in {sol.number for sol in pending}}
+        lanes = Lanes(pending, lambda sol: sizes[sol.number], _lanes_arena_budget(),
+                      None if time_budget is None else started + time_budget)
+
+        def grade_one(sol: gold.Solution) -> None:
+            announce(sol)
+            record(sol, grade(catalog.problem(sol.number), sol.dsl, sol.path, device="cuda", options=options,
+                              share=share))
+
+        run_lanes(lanes, jobs, grade_one)
+        left = lanes.left
+        pending = []
+    ahead = Prefetch(start_ahead, lambda sol: _arena_bytes(catalog.problem(sol.number)))
     for index, sol in enumerate(pending):
         problem = catalog.problem(sol.number)
         if time_budget is not None and time.monotonic() - started > time_budget:
             left = len(pending) - index
             ahead.close()
             break
-        click.echo(f"grading {sol.key} ({sol.kind}, expect {sol.expected_status}/{sol.expected_reason})", err=True)
+        announce(sol)
         if device == "cuda":
             current = ahead.take(pending[index:])
-            report = grade(problem, sol.dsl, sol.path, device="cuda", options=options, prestarted=current)
-            record = gold.entry(sol, report)
+            record(sol, grade(problem, sol.dsl, sol.path, device="cuda", options=options, prestarted=current))
         else:
-            report = dry_run(problem, sol.dsl, sol.path)
-            record = gold.entry(sol, report)
-            if sol.kind == "wrong" and sol.expected_reason != "static":
-                # The dry run cannot see wrong values, hangs or token kernels: only the GPU grades those.
-                record["ok"] = report.status in ("passed", sol.expected_status)
-                record["note"] = "needs the GPU to show its expected reason"
-        record["graded_at"] = data["runs"][-1]["revision"].get("commit")  # a resumed report spans commits,
-        record["grader"] = fingerprint  # but each entry was graded by this grader code
-        if device == "cuda":
-            record["timed"] = timed
-            record["gpu"] = (data["runs"][-1].get("gpu") or {}).get("name")  # one report can span an H100 and an H200
-        data["solutions"][sol.key] = record
-        if report_path:
-            _summarise_gold(data)
-            _write_report(report_path, data)
+            record(sol, dry_run(problem, sol.dsl, sol.path), dry=True)
     ahead.close()
     _summarise_gold(data)
     if report_path:
@@ -259,6 +289,18 @@ PREFETCH_DEPTH = 3
 #: Beyond the next file, children are started ahead only while the arenas of those already waiting (allocated in
 #: this process as each child starts) stay under this: on an 80 GB H100 the grader's own memory ran children out.
 PREFETCH_ARENA_BYTES = 4 << 30
+
+
+#: With lanes, the share of the card's memory the children's arenas may hold together: each child also holds its
+#: CUDA context and the DSL's state, and the parent the draws and float64 references of every file graded at once;
+#: above `evaluate.GRADER_MEMORY_SHARE` held by the parent, a child's out-of-memory failure is the grader's.
+LANES_ARENA_SHARE = 0.15
+
+
+def _lanes_arena_budget() -> int:
+    import torch
+
+    return int(LANES_ARENA_SHARE * torch.cuda.mem_get_info()[1])
 
 
 def _arena_bytes(problem: Any) -> int:

@@ -2,12 +2,13 @@
 # One shard of the H200 gold + wrong + red-team validation: run on the device machine from the checkout root.
 #
 #   METAKERNEL_REVISION=<commit> [STATE=.dev/state/h200-gold.json] [SEED=validation/<report>.json] [BUDGET=480] \
-#     bash scripts/h200_validate_gold.sh [SELECTION...]
+#     [JOBS=3] bash scripts/h200_validate_gold.sh [SELECTION...]
 #
 # Prints the sandbox's isolation self-test first (and, once per machine, runs the static rules' reachability walks
 # against this machine's libraries), then grades solutions/ (gold must pass, wrong and red-team files
 # must be rejected as their docstrings say), resuming, re-grading entries of another grader, and stopping new
-# gradings after $BUDGET seconds. Exit 3 means "more to do: run it again".
+# gradings after $BUDGET seconds. Exit 3 means "more to do: run it again". $JOBS files are graded at once (their
+# untimed phases overlap; each timed phase has the GPU alone); JOBS=1 grades one after another.
 #
 # Where the report lives: the grading writes it after every file under $OUT (so a call stopped at its time limit
 # still brings back every finished grading), starting from $STATE when that exists (a git-ignored file the warm
@@ -40,7 +41,7 @@ if [ ! -f .dev/state/reachability.txt ] && python3 -c "import pytest" 2>/dev/nul
 fi
 [ -f .dev/state/reachability.txt ] && [ -n "${OUT:-}" ] && cp .dev/state/reachability.txt "$OUT/"
 python3 -m metakernel problems validate --gold "$@" --device cuda --report "$report" --resume \
-  --time-budget "${BUDGET:-480}"
+  --time-budget "${BUDGET:-480}" --jobs "${JOBS:-3}"
 status=$?
 if [ "$report" != "$STATE" ] && [ -f "$report" ]; then cp "$report" "$STATE"; fi
 # A failed walk is a route the static rules do not know on this machine (session 23: torch.cuda.pynvml, on the GPU

@@ -974,3 +974,58 @@ def test_ablations_and_the_audit_hide_their_call_in_a_row(problem, tmp_path):
     finally:
         if ev.worker is not None:
             ev.worker.close()
+
+
+def test_gradings_side_by_side_keep_their_verdicts_and_time_alone(problem, tmp_path, monkeypatch):
+    """`grade(share=...)` (the validation's lanes): two gradings at once, a passing and a wrong one, reach the same
+    verdicts as alone, and the passing one's timed phases ran while the other held no phase."""
+    from metakernel.grader.sharing import GpuShare
+
+    monkeypatch.setenv("METAKERNEL_CACHE_DIR", str(tmp_path / "cache"))
+
+    class Watched(GpuShare):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inside: dict[str, int] = {"untimed": 0, "timed": 0}
+            self.crowded: list[dict[str, int]] = []  # phases held by others while a timed phase ran
+
+        def _watch(self, phase, kind):
+            from contextlib import contextmanager
+
+            @contextmanager
+            def watched():
+                with phase:
+                    self.inside[kind] += 1
+                    if kind == "timed" and sum(self.inside.values()) > 1:
+                        self.crowded.append(dict(self.inside))
+                    try:
+                        yield
+                    finally:
+                        if kind == "timed" and sum(self.inside.values()) > 1:
+                            self.crowded.append(dict(self.inside))
+                        self.inside[kind] -= 1
+            return watched()
+
+        def untimed(self):
+            return self._watch(super().untimed(), "untimed")
+
+        def timed(self):
+            return self._watch(super().timed(), "timed")
+
+    share = Watched()
+    reports = {}
+
+    def one(name: str) -> None:
+        reports[name] = grade(problem, "tirx", _kernel(tmp_path, name), device="cpu", options=FAST, share=share)
+
+    import threading
+
+    threads = [threading.Thread(target=one, args=(name,)) for name in ("correct", "zeros")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    assert reports["correct"].status == "passed", reports["correct"].agent_text()
+    assert reports["zeros"].status == "wrong", reports["zeros"].agent_text()
+    assert share.crowded == []
+    assert reports["correct"].phases_s["share_wait"] >= 0 and reports["correct"].timing is not None

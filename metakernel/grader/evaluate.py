@@ -33,6 +33,7 @@ from metakernel.expected import compute_expected, fresh_copies
 from metakernel.grader import kernels as kernel_names
 from metakernel.grader.baseline import baseline_worker, cached_timing, eager_timing
 from metakernel.grader.report import PROTOCOL, GradeReport
+from metakernel.grader.sharing import Alone, GpuShare
 from metakernel.grader.static import check_source
 from metakernel.grader.timing import (
     ROW,
@@ -922,35 +923,49 @@ def structure_mismatch_safe(candidate: Any, expected: Any) -> str | None:
 
 
 def grade(problem: Problem, dsl: str, kernel: Path, device: str = "cuda", options: GradeOptions | None = None,
-          prestarted: PendingWorker | None = None) -> GradeReport:
+          prestarted: PendingWorker | None = None, share: GpuShare | None = None) -> GradeReport:
     """Grade one kernel file; never raises for anything the candidate does.
 
     `prestarted` is a child already importing this kernel (see `PendingWorker`); it is used or discarded.
+    `share` lets gradings run side by side on one GPU (`sharing.GpuShare`): this one's timed phases then wait until
+    it has the card alone, and `phases_s["share_wait"]` says how long it waited for either kind of phase.
     """
     options = options or GradeOptions()
     ev = Evaluation(problem, dsl, kernel, device, options)
     ev.report.options = dict(options.__dict__)
+    together = share is not None
+    share = share or Alone()
     started = time.perf_counter()
     try:
-        ev.static()
-        ev.report.phases_s["static"] = time.perf_counter() - started
         mark = time.perf_counter()
-        ev.start(prestarted)
-        ev.report.phases_s["start_wait"] = time.perf_counter() - mark  # 0 when a child started ahead was ready
-        prestarted = None
-        ev.start_baseline_ahead()
-        ev.correctness()
-        ev.ablation()
+        with share.untimed():
+            if together:
+                ev.report.phases_s["share_wait"] = time.perf_counter() - mark
+            ev.static()
+            ev.report.phases_s["static"] = time.perf_counter() - started
+            mark = time.perf_counter()
+            ev.start(prestarted)
+            ev.report.phases_s["start_wait"] = time.perf_counter() - mark  # 0 when a child started ahead was ready
+            prestarted = None
+            ev.start_baseline_ahead()
+            ev.correctness()
+            ev.ablation()
+            mark = time.perf_counter()
+            ev.audits()
+            ev.report.phases_s["audit"] = time.perf_counter() - mark
+            if ev.eager_ahead is not None:
+                ev.eager_ahead.wait()  # no process start beside a timed phase (its own or another grading's)
         mark = time.perf_counter()
-        ev.audits()
-        ev.report.phases_s["audit"] = time.perf_counter() - mark
-        if options.timed:
-            ev.timing()
-        if options.profile:
-            ev.profile()
-        if options.timed:
-            ev.baselines()
-        ev.finish()
+        with share.timed():
+            if together:
+                ev.report.phases_s["share_wait"] += time.perf_counter() - mark
+            if options.timed:
+                ev.timing()
+            if options.profile:
+                ev.profile()
+            if options.timed:
+                ev.baselines()
+            ev.finish()
     except _Done:
         pass
     except WorkerFailure as exc:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import secrets
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -31,8 +32,12 @@ def seeded_draw(problem: Problem, device: str, scale: str) -> tuple[int, list[An
     The report keeps the seed of a failing draw, so a `wrong` can be reproduced after grading.
     """
     seed = secrets.randbits(62)
-    torch.manual_seed(seed)
-    return seed, problem.make_inputs(device=device, scale=scale)
+    with _DRAWING:  # torch's generators are the process's: gradings side by side must not interleave a draw
+        torch.manual_seed(seed)
+        return seed, problem.make_inputs(device=device, scale=scale)
+
+
+_DRAWING = threading.Lock()
 
 
 def fresh_draw(problem: Problem, device: str, scale: str) -> list[Any]:
