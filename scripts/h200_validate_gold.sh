@@ -40,9 +40,11 @@ if [ ! -f .dev/state/reachability.txt ] && python3 -c "import pytest" 2>/dev/nul
   tail -3 .dev/state/reachability.txt
 fi
 [ -f .dev/state/reachability.txt ] && [ -n "${OUT:-}" ] && cp .dev/state/reachability.txt "$OUT/"
+# The whole log comes back under $OUT (session 24: a run aborted in C++ with its log left on the machine).
+log=${OUT:-/tmp}/validate-log.txt
 python3 -m metakernel problems validate --gold "$@" --device cuda --report "$report" --resume \
-  --time-budget "${BUDGET:-480}" --jobs "${JOBS:-3}"
-status=$?
+  --time-budget "${BUDGET:-480}" --jobs "${JOBS:-3}" 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
 if [ "$report" != "$STATE" ] && [ -f "$report" ]; then cp "$report" "$STATE"; fi
 # A failed walk is a route the static rules do not know on this machine (session 23: torch.cuda.pynvml, on the GPU
 # image only): say so last, where the call's output tail shows it.
