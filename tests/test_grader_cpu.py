@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import textwrap
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -1029,3 +1030,20 @@ def test_gradings_side_by_side_keep_their_verdicts_and_time_alone(problem, tmp_p
     assert reports["zeros"].status == "wrong", reports["zeros"].agent_text()
     assert share.crowded == []
     assert reports["correct"].phases_s["share_wait"] >= 0 and reports["correct"].timing is not None
+
+
+def test_a_dsl_symbol_named_like_a_library_kernel_is_refused(problem, tmp_path, monkeypatch):
+    """Session 24's red-teamer declared cuBLAS's kernel names as TIRx's (free-text device source), so cuBLAS's
+    GEMMs counted as DSL time. Whatever the route, a DSL symbol that reads as a library kernel is a verdict."""
+    from metakernel.grader import evaluate
+
+    reply = {"kernels": [("nvjet_hsh_128x256_64x4_1x2_h_bz_coopA_NNT", 80.0), ("silu_mul_kernel", 8.0)],
+             "kernel_names": ["nvjet_hsh_128x256_64x4_1x2_h_bz_coopA_NNT", "silu_mul_kernel"],
+             "units": [], "repeats": 24, "rse": 0.001}
+    monkeypatch.setattr(evaluate, "profile_kernels", lambda send, options, row: reply)
+    ev = evaluate.Evaluation(problem, "tirx", _kernel(tmp_path, "correct"), "cpu", FAST)
+    ev.worker = types.SimpleNamespace(slots=4)  # the profile request is replaced above: no child is asked
+    with pytest.raises(evaluate._Done):
+        ev.profile()
+    assert (ev.report.status, ev.report.reason) == ("rule_violation", "foreign_kernel")
+    assert "nvjet_hsh" in ev.report.message

@@ -381,6 +381,57 @@ def test_own_private_names_pass() -> None:
         """)
 
 
+PEEK = """
+class Peek:
+    def __init__(self):
+        self._data = None
+    def data_of(self):
+        return self._data
+    @staticmethod
+    def helper(v):
+        return v
+    BLOCK = 128
+class Sub(Peek):
+    pass
+"""
+
+
+@pytest.mark.parametrize("use, needle", [
+    # session 24's red-teamer: `self._sys` read off a module (typing.collections) by calling the method unbound
+    ("s = Peek.data_of(x)", "Peek.data_of: a method read through its class"),
+    ("s = Sub.data_of(x)", "Sub.data_of: a method read through its class"),
+    ("f = Peek.data_of", "Peek.data_of: a method read through its class"),
+    ("s = type(Peek()).data_of(x)", "type(...).data_of"),
+    ("c = Peek", "class Peek used as a value"),
+    ("c = [Peek][0].data_of(x)", "class Peek used as a value"),
+    ("c = dict(k=Sub)", "class Sub used as a value"),
+])
+def test_methods_run_only_on_the_file_s_own_objects(use: str, needle: str) -> None:
+    rejected(PEEK + use, needle)
+
+
+def test_classes_are_called_subclassed_checked_and_read() -> None:
+    clean(PEEK + """
+p = Peek()
+s = p.data_of()
+q = Sub().data_of()
+v = Peek.helper(1) + Peek.BLOCK + Sub.BLOCK
+ok = isinstance(p, (Peek, Sub)) and issubclass(Sub, Peek)
+def f(a: Peek) -> Sub:
+    return Sub()
+""")
+
+
+def test_own_private_names_meet_the_other_name_rules() -> None:
+    """A private name the file defines itself is still judged by the rules every other name meets."""
+    rejected("class A:\n    def __init__(self):\n        self._sys = None\n    def m(self):\n        return self._sys",
+             "forbidden attribute ._sys")
+    for name, needle in (("_perf_counter", "timers"), ("_mem_get_info", "allocator state"),
+                         ("_load_inline", "._load_inline")):
+        rejected(f"class A:\n    def __init__(self):\n        self.{name} = 1\n    def m(self):\n"
+                 f"        return self.{name}", needle)
+
+
 # ------------------------------------------------------------------------------------------------ files
 @pytest.mark.parametrize("snippet, needle", [
     ("t = torch.load('w.pt')", ".load"), ("torch.save(x, 'w.pt')", ".save"), ("t = torch.from_file('f')", ".from_file"),

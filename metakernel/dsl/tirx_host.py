@@ -42,6 +42,11 @@ RAW_MEMORY = frozenset({
     "tirx.call_llvm_pure_intrin", "tirx.lookup_param",
 })
 
+#: Device source written as free text (`Tx.cuda.func_call(..., source_code=...)`): pasted into the generated CUDA
+#: unread by any check here, it read `%globaltimer` spelled as two joined C literals and declared cuBLAS's kernel
+#: names as the DSL's (session 24's red-teamer).
+FREE_SOURCE = frozenset({"tirx.cuda.func_call"})
+
 #: GPU clocks (and the profiler's intrinsics, which read one): refused anywhere in a source built for a GPU
 #: grading, as are string operands naming a clock register (`base.CLOCK_REGISTERS`: inline PTX).
 CLOCK_OPS = frozenset({"tirx.cuda.clock64", "tirx.cuda.mov_sreg", "tirx.timer_init_cuda", "tirx.timer_start_cuda",
@@ -121,6 +126,9 @@ def source_problem(mod: Any) -> str | None:
             op = _op_name(node)
             if op in RAW_MEMORY:
                 return f"{op.removeprefix('tirx.')} in {name} (raw memory access or a call into the process)"
+            if op in FREE_SOURCE:
+                return (f"{op.removeprefix('tirx.')} in {name} (device source written as text: its kernels, clocks "
+                        "and memory access are out of the grader's sight; write the code in TIRx)")
             if op in CLOCK_OPS or (op is None and isinstance(getattr(node, "value", None), str)
                                    and CLOCK_REGISTERS.search(node.value)):
                 return (f"{op.removeprefix('tirx.') if op else 'a clock register'} in {name} (a GPU clock: kernels "

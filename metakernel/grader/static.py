@@ -93,6 +93,9 @@ FEATURE_ATTRIBUTES: dict[str, str] = {
         "load_module load_static_library import_module system_lib time_evaluator rpc call_packed call_cpacked "
         "call_packed_lowered call_cpacked_lowered tvm_call_packed call_extern call_pure_extern call_intrin "
         "call_pure_intrin call_llvm_intrin call_llvm_pure_intrin Op make_node load_json").split(), _FFI),
+    # free-text device source: pasted into the generated CUDA unchecked (a clock register as two joined C literals,
+    # `.entry <cuBLAS kernel>` lines that made library kernels count as TIRx's: session 24's red-teamer)
+    "func_call": "device source written as text (Tx.cuda.func_call) is out of the grader's sight: write it in TIRx",
     **dict.fromkeys(("save", "from_file", "fromfile", "tofile", "gds", "GdsFile"), "file access"),
     **dict.fromkeys(("Event", "elapsed_time", "perf_counter", "perf_counter_ns", "time_ns", "monotonic",
                      "monotonic_ns", "process_time", "thread_time", "clock", "clock64", "globaltimer", "Timer",
@@ -257,6 +260,7 @@ class _Checker:
         self.docstrings: set[int] = set()
         self.parents: dict[int, ast.AST] = {}
         self.uses_dsl = False
+        self.methods: dict[str, set[str]] = {}  # class of this file -> its instance methods (inherited ones too)
 
     def flag(self, node: ast.AST | int, rule: str, detail: str) -> None:
         line = node if isinstance(node, int) else getattr(node, "lineno", 1)
@@ -294,6 +298,7 @@ class _Checker:
 
     # -------------------------------------------------------------------------------------------- bindings
     def _collect(self, nodes: list[ast.AST]) -> None:
+        self._collect_methods(nodes)
         for n in nodes:
             if isinstance(n, ast.ClassDef):
                 for stmt in n.body:
@@ -337,6 +342,55 @@ class _Checker:
             elif isinstance(n, ast.MatchMapping) and n.rest:
                 self._bind(n, n.rest, "other")
 
+    def _collect_methods(self, nodes: list[ast.AST]) -> None:
+        """Each class's instance methods (first parameter `self`, not a static or class method), with its bases'."""
+        own: dict[str, set[str]] = {}
+        bases: dict[str, list[str]] = {}
+        for n in nodes:
+            if isinstance(n, ast.ClassDef):
+                own.setdefault(n.name, set()).update(
+                    stmt.name for stmt in n.body if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef))
+                    and (stmt.args.posonlyargs + stmt.args.args)[:1] and
+                    (stmt.args.posonlyargs + stmt.args.args)[0].arg == "self" and
+                    not any(_is_name(d, "staticmethod") or _is_name(d, "classmethod") for d in stmt.decorator_list))
+                bases.setdefault(n.name, []).extend(
+                    b.id for b in (b.value if isinstance(b, ast.Subscript) else b for b in n.bases)
+                    if isinstance(b, ast.Name))
+
+        def resolve(name: str, seen: frozenset[str]) -> set[str]:
+            found = set(own.get(name, ()))
+            for base in bases.get(name, ()):
+                if base in own and base not in seen:
+                    found |= resolve(base, seen | {base})
+            return found
+
+        self.methods = {name: resolve(name, frozenset({name})) for name in own}
+
+    def _own_class_use(self, n: ast.Name) -> str | None:
+        """Why a class of this file may not appear here, or None.
+
+        A method read through its class is a plain function: `Peek.sys_of(typing.collections)` ran `return self._sys`
+        on a module and handed out `sys` (session 24's red-teamer; `self._name` is allowed because self is the
+        file's own object). So a class may be called, subclassed, type-checked, annotated or read for its
+        other attributes (`Config.BLOCK`), and held as a value nowhere.
+        """
+        parent = self.parents.get(id(n))
+        if isinstance(parent, ast.Tuple):  # isinstance(x, (A, B))
+            parent = self.parents.get(id(parent))
+        if isinstance(parent, ast.Attribute) and parent.value is n:
+            if parent.attr in self.methods.get(n.id, ()):
+                return (f"{n.id}.{parent.attr}: a method read through its class runs on any object as self; call "
+                        "it on an instance")
+            return None
+        if (isinstance(parent, ast.ClassDef) and any(b is n for b in parent.bases)) \
+                or (isinstance(parent, ast.Call) and (parent.func is n or (
+                    isinstance(parent.func, ast.Name) and parent.func.id in ("isinstance", "issubclass")))) \
+                or n in getattr(parent, "decorator_list", ()) \
+                or isinstance(parent, (ast.arg, ast.AnnAssign, ast.FunctionDef, ast.AsyncFunctionDef)) \
+                or (isinstance(parent, ast.Subscript) and (parent.slice is n or parent.value is n)):
+            return None
+        return f"class {n.id} used as a value: a class of this file may be called, subclassed or read (Class.NAME)"
+
     def _bind(self, node: ast.AST, name: str, kind: str, path: str | None = None) -> None:
         kinds = self.bound.setdefault(name, set())
         if path is not None and self.aliases.setdefault(name, path) != path:
@@ -370,6 +424,9 @@ class _Checker:
                 self._assignment(n)
             if n.attr == "__init__" and isinstance(n.value, ast.Call) and _is_name(n.value.func, "super"):
                 return
+            if isinstance(n.value, ast.Call) and _is_name(n.value.func, "type"):
+                self.flag(n, "methods run on the file's own objects only",
+                          f"type(...).{n.attr}: a method read through a class runs on any object as self")
             self._attribute(n, n.attr, self._origin(n.value), _is_name(n.value, "self"))
         elif isinstance(n, ast.Subscript) and isinstance(n.ctx, (ast.Store, ast.Del)):
             self._assignment(n)
@@ -474,8 +531,11 @@ class _Checker:
         if _DUNDER.fullmatch(name):
             return "dunder attributes reach interpreter internals (only super().__init__)"
         if name.startswith("_"):
-            own = on_self and name in self.own_private
-            return None if own else "private attribute: only public API (and self._name this file defines)"
+            if not (on_self and name in self.own_private):
+                return "private attribute: only public API (and self._name this file defines)"
+            # the file's own private name still meets every rule below under its public spelling: a method that
+            # reads self._getframe is a frame reader once it runs on another object (session 24's red-teamer)
+            name = name.lstrip("_") or name
         if (name == "cuda" and (origin.path or "").split(".")[0] == "cutlass") or (
                 name == "driver" and origin.path != "cuda.bindings"):
             return _CUDA_API  # the CUDA bindings under CuTe's names; torch.cuda and cuda.bindings.driver stay
@@ -583,6 +643,10 @@ class _Checker:
                    for base in node.bases)
 
     def _name(self, n: ast.Name) -> None:
+        if isinstance(n.ctx, ast.Load) and "class" in self.bound.get(n.id, ()):
+            reason = self._own_class_use(n)
+            if reason:
+                self.flag(n, "methods run on the file's own objects only", reason)
         if _DUNDER.fullmatch(n.id):
             if n.id not in _NAME_DUNDERS:
                 self.flag(n, "dunder names reach interpreter internals (only __name__, __file__)",
