@@ -49,20 +49,52 @@ class Executor(Protocol):
         """The free CPU dry run."""
         ...
 
+    async def close(self) -> None:
+        """Let go of whatever was kept between gradings (children started ahead)."""
+        ...
+
 
 class _Slots:
     """Grading slots: one per GPU, because two gradings on one GPU would time each other."""
 
     def __init__(self, slots: int) -> None:
         self._semaphore = asyncio.Semaphore(slots)
+        self._after: set[asyncio.Task[None]] = set()
 
-    async def run(self, fn: Callable[..., T], *args: Any) -> tuple[T, float, float]:
-        """`fn(*args)` in a thread once a slot is free; returns its result, seconds queued, seconds running."""
+    async def run(self, fn: Callable[..., T], *args: Any, then: Callable[[], Any] | None = None
+                  ) -> tuple[T, float, float]:
+        """`fn(*args)` in a thread once a slot is free; returns its result, seconds queued, seconds running.
+
+        `then()` runs in a thread after `fn`, still holding the slot, once the result has been returned: work that
+        must not run beside another grading but need not delay this one's report.
+        """
         queued = time.monotonic()
-        async with self._semaphore:
+        await self._semaphore.acquire()
+        try:
             started = time.monotonic()
             result = await asyncio.to_thread(fn, *args)
-            return result, started - queued, time.monotonic() - started
+            ran = time.monotonic() - started
+        except BaseException:
+            self._semaphore.release()
+            raise
+        if then is None:
+            self._semaphore.release()
+        else:
+            task = asyncio.create_task(self._then(then))
+            self._after.add(task)
+            task.add_done_callback(self._after.discard)
+        return result, started - queued, ran
+
+    async def _then(self, then: Callable[[], Any]) -> None:
+        try:
+            await asyncio.to_thread(then)
+        finally:
+            self._semaphore.release()
+
+    async def drain(self) -> None:
+        """Wait for every `then` still running."""
+        while self._after:
+            await asyncio.gather(*list(self._after), return_exceptions=True)
 
 
 class LocalExecutor:
@@ -76,18 +108,55 @@ class LocalExecutor:
     name = "local"
     synthetic = False
 
-    def __init__(self, device: str = "cuda") -> None:
+    #: Children kept warm for the variants graded last (DESIGN 8): each holds a CUDA context, the DSL and its
+    #: problem's arenas on the GPU, so only the most recent few are kept.
+    WARM = 2
+
+    def __init__(self, device: str = "cuda", options: Any = None) -> None:
+        from metakernel.grader.evaluate import GradeOptions
+
         self.device = device
+        self.options = options or GradeOptions()  # the protocol's; tests pass quicker ones
         self._slots = _Slots(1)
         self.slots = 1
         self._checks = asyncio.Semaphore(2)
+        self._warm: list[Any] = []  # WarmWorker, oldest first (touched only by the slot's holder)
 
     async def grade(self, problem: Problem, dsl: str, kernel: Path) -> Graded:
-        """See `Executor.grade`."""
+        """See `Executor.grade`.
+
+        The grading takes a child warmed for its variant when one is waiting; after the report, still holding the
+        slot (a child's start is GPU work that must not run beside another grading's timed calls), a fresh one is
+        warmed for the same variant: an attempt's next submission then waits only for its kernel's import.
+        """
+        report, queue_s, grade_s = await self._slots.run(self._grade, problem, dsl, kernel,
+                                                           then=lambda: self._warm_up(problem, dsl))
+        return Graded(report, queue_s, grade_s)
+
+    def _grade(self, problem: Problem, dsl: str, kernel: Path) -> GradeReport:
         from metakernel.grader.evaluate import grade
 
-        report, queue_s, grade_s = await self._slots.run(grade, problem, dsl, kernel, self.device)
-        return Graded(report, queue_s, grade_s)
+        warm = next((w for w in self._warm if w.fits(problem, dsl, self.device, self.options)), None)
+        if warm is not None:
+            self._warm.remove(warm)
+        return grade(problem, dsl, kernel, self.device, options=self.options, prestarted=warm)
+
+    def _warm_up(self, problem: Problem, dsl: str) -> None:
+        from metakernel.grader.evaluate import WarmWorker
+
+        if any(w.fits(problem, dsl, self.device, self.options) for w in self._warm):
+            return
+        while len(self._warm) >= self.WARM:
+            self._warm.pop(0).discard()
+        warm = WarmWorker(problem, dsl, self.device, self.options)
+        warm.wait()  # started (or failed) before the slot is let go
+        self._warm.append(warm)
+
+    async def close(self) -> None:
+        """Stop the warm children (after the last grading's warm-up has finished)."""
+        await self._slots.drain()
+        while self._warm:
+            await asyncio.to_thread(self._warm.pop().discard)
 
     async def check(self, problem: Problem, dsl: str, kernel: Path) -> GradeReport:
         """See `Executor.check`."""
@@ -127,6 +196,9 @@ class StandInExecutor:
     async def check(self, problem: Problem, dsl: str, kernel: Path) -> GradeReport:
         """See `Executor.check`."""
         return await asyncio.to_thread(self._dry, problem, dsl, kernel)
+
+    async def close(self) -> None:
+        """Nothing is kept between gradings."""
 
     async def grade(self, problem: Problem, dsl: str, kernel: Path) -> Graded:
         """See `Executor.grade`."""

@@ -233,7 +233,10 @@ class Experiment:
                 resuming = f" ({already} already done: resuming)" if already else ""
                 echo(f"experiment {cfg.experiment}: {total} attempts planned{resuming}, executor "
                      f"{self.executor.name}, llm {cfg.llm_mode}")
-                await asyncio.gather(*(one(key) for key in self.order))
+                try:
+                    await asyncio.gather(*(one(key) for key in self.order))
+                finally:
+                    await self.executor.close()
             left = [r for r in store.attempts() if r["state"] != "done"]
             outcome = "complete" if not left else ("spend_cap" if counts["spend_cap"] else "incomplete")
         finally:
@@ -271,31 +274,40 @@ async def regrade(experiment: Path, executor_name: str, addresses: list[str] | N
 
     executor = make_executor(executor_name)
     catalog = load_catalog()
-    out = []
     with Store(experiment) as store:
-        rows = [r for r in store.attempts("done") if r["status"] != "skipped" and r["final_submission"]]
-        if addresses:
-            wanted = set(addresses)
-            rows = [r for r in rows if r["attempt_id"].split("/", 1)[1] in wanted or r["attempt_id"] in wanted]
-            if not rows:
-                raise UserError(f"no finished attempt matches {', '.join(sorted(wanted))}", str(experiment))
-        for row in rows:
-            aid = row["attempt_id"]
-            kernel = store.attempt_dir(aid) / f"kernel_v{int(row['final_submission']):02d}.py"
-            if not kernel.is_file():
-                echo(f"  {aid}: final kernel file missing ({kernel.name}); skipped")
-                continue
-            graded = await executor.grade(catalog.problem(row["problem"]), row["dsl"], kernel)
-            n = len(store.submissions(aid, "regrade")) + 1
-            try_no = int(row["tries"])
-            store.record_submission(aid, try_no, "regrade", n, kernel, graded.report.kernel_sha256,
-                                    graded.report.to_dict(), graded.queue_s, graded.grade_s)
-            new = graded.report
-            item = {"attempt_id": aid, "was_status": row["status"], "was_speedup": row["speedup"],
-                    "status": new.status, "speedup": new.speedup if new.passed else None,
-                    "speedup_gpu": new.speedup_gpu if new.passed else None}
-            out.append(item)
-            was = f"{row['status']}" + (f" {row['speedup']:.2f}x" if row["speedup"] else "")
-            now_ = f"{new.status}" + (f" {new.speedup:.2f}x" if new.passed and new.speedup else "")
-            echo(f"{aid}: {was} -> {now_}")
+        try:
+            return await _regrade_rows(experiment, store, executor, catalog, addresses, echo)
+        finally:
+            await executor.close()
+
+
+async def _regrade_rows(experiment: Path, store: Any, executor: Any, catalog: Any, addresses: list[str] | None,
+                        echo: Callable[[str], None]) -> list[dict[str, Any]]:
+    """`regrade`'s work, once its store and executor are open."""
+    out: list[dict[str, Any]] = []
+    rows = [r for r in store.attempts("done") if r["status"] != "skipped" and r["final_submission"]]
+    if addresses:
+        wanted = set(addresses)
+        rows = [r for r in rows if r["attempt_id"].split("/", 1)[1] in wanted or r["attempt_id"] in wanted]
+        if not rows:
+            raise UserError(f"no finished attempt matches {', '.join(sorted(wanted))}", str(experiment))
+    for row in rows:
+        aid = row["attempt_id"]
+        kernel = store.attempt_dir(aid) / f"kernel_v{int(row['final_submission']):02d}.py"
+        if not kernel.is_file():
+            echo(f"  {aid}: final kernel file missing ({kernel.name}); skipped")
+            continue
+        graded = await executor.grade(catalog.problem(row["problem"]), row["dsl"], kernel)
+        n = len(store.submissions(aid, "regrade")) + 1
+        try_no = int(row["tries"])
+        store.record_submission(aid, try_no, "regrade", n, kernel, graded.report.kernel_sha256,
+                                graded.report.to_dict(), graded.queue_s, graded.grade_s)
+        new = graded.report
+        item = {"attempt_id": aid, "was_status": row["status"], "was_speedup": row["speedup"],
+                "status": new.status, "speedup": new.speedup if new.passed else None,
+                "speedup_gpu": new.speedup_gpu if new.passed else None}
+        out.append(item)
+        was = f"{row['status']}" + (f" {row['speedup']:.2f}x" if row["speedup"] else "")
+        now_ = f"{new.status}" + (f" {new.speedup:.2f}x" if new.passed and new.speedup else "")
+        echo(f"{aid}: {was} -> {now_}")
     return out

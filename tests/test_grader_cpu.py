@@ -1047,3 +1047,60 @@ def test_a_dsl_symbol_named_like_a_library_kernel_is_refused(problem, tmp_path, 
         ev.profile()
     assert (ev.report.status, ev.report.reason) == ("rule_violation", "foreign_kernel")
     assert "nvjet_hsh" in ev.report.message
+
+
+def test_a_warm_child_imports_a_kernel_handed_to_it_after_its_start(problem, tmp_path, monkeypatch):
+    """DESIGN 8's pool: a child started before its kernel exists (sandbox, arenas, DSL) grades the file it is
+    handed later, as a child started with it would; a file that does not import costs its compile error."""
+    from metakernel.grader.evaluate import WarmWorker
+
+    monkeypatch.setenv("METAKERNEL_CACHE_DIR", str(tmp_path / "cache"))
+    warm = WarmWorker(problem, "tirx", "cpu", FAST)
+    warm.wait()
+    assert warm.worker.ready.get("warm") and warm.worker.path is None  # no kernel in it yet
+    kernel = _kernel(tmp_path, "correct")
+    report = grade(problem, "tirx", kernel, device="cpu", options=FAST, prestarted=warm)
+    assert report.status == "passed", report.agent_text()
+    assert warm.worker.ready.get("import_s") is not None and warm.worker.path.name == kernel.name
+
+    broken = _kernel(tmp_path, "broken", "def solve(x, b):\n    return (\n")
+    again = WarmWorker(problem, "tirx", "cpu", FAST)
+    failed = grade(problem, "tirx", broken, device="cpu", options=FAST, prestarted=again)
+    assert failed.status == "compile_error", failed.agent_text()
+
+
+def test_a_warm_child_of_another_variant_is_let_go_not_used(problem, tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    from metakernel.grader.evaluate import WarmWorker
+
+    monkeypatch.setenv("METAKERNEL_CACHE_DIR", str(tmp_path / "cache"))
+    other = WarmWorker(problem, "tirx", "cpu", replace(FAST, draws=6))
+    report = grade(problem, "tirx", _kernel(tmp_path, "correct"), device="cpu", options=FAST, prestarted=other)
+    assert report.status == "passed", report.agent_text()
+    assert other.worker.path is None and not other.worker.tmp.exists()  # never handed the kernel; stopped
+
+
+def test_the_local_executor_warms_a_child_for_the_next_submission(problem, tmp_path, monkeypatch):
+    """After each grading, still holding the slot, `LocalExecutor` starts a child for the same variant; the next
+    submission's grading takes it, and closing the executor stops what is left."""
+    import asyncio
+
+    from metakernel.executor import LocalExecutor
+
+    monkeypatch.setenv("METAKERNEL_CACHE_DIR", str(tmp_path / "cache"))
+    executor = LocalExecutor(device="cpu", options=FAST)
+
+    async def session():
+        first = await executor.grade(problem, "tirx", _kernel(tmp_path, "correct"))
+        await executor._slots.drain()
+        assert len(executor._warm) == 1
+        waiting = executor._warm[0]
+        second = await executor.grade(problem, "tirx", _kernel(tmp_path, "zeros"))
+        used = waiting.worker.path is not None and waiting.worker.path.name == "zeros.py"
+        await executor.close()
+        return first, second, used, waiting
+
+    first, second, used, waiting = asyncio.run(session())
+    assert first.report.status == "passed" and second.report.status == "wrong", second.report.agent_text()
+    assert used and executor._warm == [] and not waiting.worker.tmp.exists()

@@ -405,7 +405,12 @@ class Child:
 
     # -------------------------------------------------------------------------------------------- set-up
     def setup(self) -> dict[str, Any]:
-        """torch, CUDA, arenas, the DSL and its hooks, the bound callables, the audit hook, then the kernel."""
+        """torch, CUDA, arenas, the DSL and its hooks, the bound callables; then the file, unless it comes later.
+
+        A candidate's child is started before its kernel exists (`Worker.spawn`: the agent is still writing it):
+        everything up to the audit hook is the same for every kernel of the variant, and `load` does the rest
+        once the parent has put the file in this child's work dir.
+        """
         import torch
 
         self.torch = torch
@@ -431,9 +436,17 @@ class Child:
                 self.adapter.confine()
             info["dsl_import_s"] = _perf() - started
         self.b = Bound(torch, self.device)
-        path = self.config["path"]
         if kind == "candidate" and self.config.get("dry_run"):
             _warm_meta(torch)
+        if self.config.get("path") is not None:
+            info.update(self.load(self.config["path"]))
+        return info
+
+    def load(self, path: str) -> dict[str, Any]:
+        """The audit hook, then the kernel (or the problem file of a baseline's child)."""
+        torch = self.torch
+        kind = self.config["kind"]
+        info: dict[str, Any] = {}
         if kind == "candidate":
             self.guard = Guard(path, self.config["plan"]["work"], self.config["plan"].get("binds", ()))
             sys.addaudithook(self.guard)
@@ -1035,7 +1048,18 @@ def main() -> None:
     send, receive = transport.send, transport.receive
     try:
         info = child.setup()
+        if config.get("path") is None:  # started ahead of its kernel: warm, then wait for the file
+            send(conn, {"ok": True, "warm": True, "isolation": isolation.to_dict(), **info})
+            got = None
+            while got is None:
+                got = receive(conn)
+            msg, _ = got
+            if msg.get("op") != "load":
+                return  # the parent let this child go unused
+            info = child.load(str(msg["path"]))
         send(conn, {"ok": True, "ready": True, "isolation": isolation.to_dict(), **info})
+    except (EOFError, OSError):
+        return
     except _Fail as exc:
         send(conn, {"ok": False, "status": exc.status, "reason": exc.reason, "error": exc.text,
                               "isolation": isolation.to_dict()})

@@ -268,7 +268,7 @@ class Evaluation:
             self.end("rule_violation", "static", f"{name} breaks the submission rules:",
                      violations=[v.text() for v in result.violations])
 
-    def start(self, prestarted: PendingWorker | None = None) -> None:
+    def start(self, prestarted: StartingWorker | None = None) -> None:
         """The candidate's child, ready: the one started ahead, or a fresh one.
 
         A child started ahead that ran out of GPU memory did so beside the grading before this one (on an H100,
@@ -896,9 +896,12 @@ class _Crashed(Exception):
     pass
 
 
-def candidate_worker(problem: Problem, dsl: str, kernel: Path, device: str, options: GradeOptions,
+def candidate_worker(problem: Problem, dsl: str, kernel: Path | None, device: str, options: GradeOptions,
                      dry_run: bool = False) -> Worker:
-    """A (not yet started) child for grading `kernel` in `dsl`, its arenas sized for `problem`."""
+    """A (not yet started) child for grading `kernel` in `dsl`, its arenas sized for `problem`.
+
+    `kernel=None`: a child that stops before the audit hook and the import until it is handed one (`WarmWorker`).
+    """
     from metakernel.dsl import get_adapter
     from metakernel.grader import timing
 
@@ -920,6 +923,35 @@ class PendingWorker(StartingWorker):
         super().__init__(candidate_worker(problem, dsl, kernel, device, options))
 
 
+class WarmWorker(StartingWorker):
+    """A candidate's child started before its kernel exists: sandbox, arenas and DSL ready, the import left.
+
+    DESIGN 8's pool: while the agent writes its next file, `LocalExecutor` keeps one such child per variant, so a
+    grading waits only for the kernel's own import (the DSL's import and warm-up took a median 2.8 s of each gold
+    grading on the H200, session 23). `grade` hands it the file (`bind`); a child of another variant or other
+    options is discarded, never reused.
+    """
+
+    def __init__(self, problem: Problem, dsl: str, device: str, options: GradeOptions) -> None:
+        self.key = (problem.content_hash, dsl, device, options)
+        self.kernel: Path | None = None
+        super().__init__(candidate_worker(problem, dsl, None, device, options))
+
+    def fits(self, problem: Problem, dsl: str, device: str, options: GradeOptions) -> bool:
+        """Started for this variant, device and options."""
+        return self.key == (problem.content_hash, dsl, device, options)
+
+    def bind(self, kernel: Path) -> None:
+        """The kernel this child will import when `result` is asked for."""
+        self.kernel = kernel
+
+    def result(self) -> tuple[Worker, dict[str, Any]]:
+        """Wait for the warm start, then hand the child its kernel and wait for the import."""
+        worker, _ = super().result()
+        assert self.kernel is not None, "bind() the kernel first"
+        return worker, worker.load(self.kernel)
+
+
 def structure_mismatch_safe(candidate: Any, expected: Any) -> str | None:
     """`structure_mismatch`, with unsupported candidate types reported instead of raised."""
     try:
@@ -929,14 +961,21 @@ def structure_mismatch_safe(candidate: Any, expected: Any) -> str | None:
 
 
 def grade(problem: Problem, dsl: str, kernel: Path, device: str = "cuda", options: GradeOptions | None = None,
-          prestarted: PendingWorker | None = None, share: GpuShare | None = None) -> GradeReport:
+          prestarted: PendingWorker | WarmWorker | None = None, share: GpuShare | None = None) -> GradeReport:
     """Grade one kernel file; never raises for anything the candidate does.
 
-    `prestarted` is a child already importing this kernel (see `PendingWorker`); it is used or discarded.
+    `prestarted` is a child already importing this kernel (`PendingWorker`) or a warm one waiting for a kernel of this
+    variant (`WarmWorker`); it is used or discarded.
     `share` lets gradings run side by side on one GPU (`sharing.GpuShare`): this one's timed phases then wait until
     it has the card alone, and `phases_s["share_wait"]` says how long it waited for either kind of phase.
     """
     options = options or GradeOptions()
+    if isinstance(prestarted, WarmWorker):
+        if prestarted.fits(problem, dsl, device, options):
+            prestarted.bind(kernel)
+        else:
+            prestarted.discard()
+            prestarted = None
     ev = Evaluation(problem, dsl, kernel, device, options)
     ev.report.options = dict(options.__dict__)
     together = share is not None

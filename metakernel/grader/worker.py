@@ -69,10 +69,11 @@ def scrubbed_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
 class Worker:
     """One fresh child process serving one evaluation."""
 
-    def __init__(self, *, kind: str, path: Path, device: str, dsl: str | None = None, dry_run: bool = False,
+    def __init__(self, *, kind: str, path: Path | None, device: str, dsl: str | None = None, dry_run: bool = False,
                  env: dict[str, str] | None = None, start_timeout: float = 300.0, in_bytes: int = 0,
                  out_bytes: int = 0, slots: int = 1, require_isolation: bool | None = None) -> None:
-        self.kind, self.source, self.device, self.dsl, self.dry_run = kind, Path(path).resolve(), device, dsl, dry_run
+        self.kind, self.device, self.dsl, self.dry_run = kind, device, dsl, dry_run
+        self.source: Path | None = None  # None until `load` names it (a child started ahead of its kernel)
         self.env = env or {}
         self.start_timeout = start_timeout
         self.slots = max(1, slots)
@@ -82,8 +83,12 @@ class Worker:
         self.tmp = Path(tempfile.mkdtemp(prefix="mk-worker-"))
         self.work = self.tmp / "work"
         self.work.mkdir()
-        self.path = self.work / "src" / self.source.name  # not on the import path: a kernel.py named token.py
-        # must not shadow the standard library
+        self.src = self.work / "src"  # not on the import path: a kernel.py named token.py must not shadow the
+        # standard library
+        self.path: Path | None = None
+        self._owner: tuple[int, int] | None = None  # the sandbox's uid and gid, where the child runs as its own user
+        if path is not None:
+            self._place(Path(path))
         self.log_path = self.tmp / "child.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.conn: Connection | None = None
@@ -110,26 +115,41 @@ class Worker:
         return {"in": transport.export_arena(driver, self.arena_in),
                 "out": transport.export_arena(driver, self.arena_out)}
 
+    def _place(self, source: Path) -> None:
+        self.source = source.resolve()
+        self.path = self.src / self.source.name
+
     def start(self) -> dict[str, Any]:
         """Spawn the child and wait until it has entered its sandbox and imported the DSL and the kernel."""
+        return self.spawn()
+
+    def spawn(self) -> dict[str, Any]:
+        """Start the child: sandbox, arenas, DSL; and the file, if this worker was made with one.
+
+        Made without one (`path=None`), the child stops there ("warm") until `load` hands it the kernel: it can be
+        started while the kernel is still being written, and its grading then waits only for the kernel's import.
+        """
         global _PROTECTED
         if not _PROTECTED:
             sandbox.protect_parent()
             _PROTECTED = True
-        self.path.parent.mkdir()
-        shutil.copyfile(self.source, self.path)
-        os.chmod(self.path, 0o644)
+        self.src.mkdir()
+        if self.source is not None:
+            self._copy_source()
         extra = [self.env[k] for k in ("CUDA_PATH",) if self.env.get(k)]
         allow = (not self.require_isolation) if self.require_isolation is not None else None
         plan = sandbox.make_plan(self.work, extra_binds=extra, allow_unsandboxed=allow)
-        if plan.mode == "uid":
-            os.chown(self.path.parent, plan.uid, plan.gid)
-            os.chown(self.path, plan.uid, plan.gid)
+        self._owner = (plan.uid, plan.gid) if plan.mode == "uid" else None
+        if self._owner is not None:
+            os.chown(self.src, *self._owner)
+            if self.path is not None:
+                os.chown(self.path, *self._owner)
         arenas = self._arenas()
         ours, theirs = socket.socketpair()
         log = open(self.log_path, "wb")  # noqa: SIM115 - closed in close()
         self._log = log
-        config = {"fd": theirs.fileno(), "plan": asdict(plan), "kind": self.kind, "path": str(self.path),
+        config = {"fd": theirs.fileno(), "plan": asdict(plan), "kind": self.kind,
+                  "path": None if self.path is None else str(self.path),
                   "device": self.device, "dsl": self.dsl, "dry_run": self.dry_run, "arenas": arenas,
                   "slot_bytes": self.out_slot}
         try:
@@ -151,6 +171,33 @@ class Worker:
                                 reply.get("reason", ""))
         self.ready = reply
         return reply
+
+    def _copy_source(self) -> None:
+        assert self.source is not None and self.path is not None
+        shutil.copyfile(self.source, self.path)
+        os.chmod(self.path, 0o644)
+
+    def load(self, source: Path) -> dict[str, Any]:
+        """Hand a warm child (`spawn` without a file) its kernel: copied into its work dir, then imported there."""
+        if self.path is None:
+            self._place(Path(source))
+            self._copy_source()
+            assert self.path is not None
+            if self._owner is not None:
+                os.chown(self.path, *self._owner)
+        assert self.conn is not None
+        warm = self.ready
+        try:
+            transport.send(self.conn, {"op": "load", "path": str(self.path)})
+        except (BrokenPipeError, ConnectionResetError, OSError) as exc:
+            raise self._crashed(f"could not hand it the kernel ({exc})") from exc
+        reply = self._receive(self.start_timeout, phase="importing the kernel")
+        if not reply.get("ok"):
+            self.close()
+            raise WorkerFailure(reply.get("status", "compile_error"), reply.get("error", ""),
+                                reply.get("reason", ""))
+        self.ready = {**warm, **reply}
+        return self.ready
 
     def request(self, msg: dict[str, Any], timeout: float, blobs: list[bytes] | None = None) -> dict[str, Any]:
         """Send one request and wait for its reply (a failed reply is returned, not raised).
