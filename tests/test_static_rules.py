@@ -363,30 +363,41 @@ def test_private_attributes_are_refused(snippet: str, dsl: str) -> None:
     rejected(snippet, "private attribute", dsl)
 
 
-def test_own_private_names_pass() -> None:
+def test_module_private_names_pass_and_own_objects_use_public_names() -> None:
     clean("""
         _FNS = {}
         def _compiled(n):
             return _FNS.get(n)
         class Runner(torch.nn.Module):
-            _shared = 1
+            shared = 1
             def __init__(self):
                 super().__init__()
-                self._cache = {}
-            def _key(self, t):
-                return (t.shape, self._shared)
+                self.cache = {}
+            def key(self, t):
+                return (t.shape, self.shared)
             def forward(self, t):
-                self._cache[self._key(t)] = _compiled(t.shape[0])
-                return self._cache
+                self.cache[self.key(t)] = _compiled(t.shape[0])
+                return self.cache
         """)
+
+
+@pytest.mark.parametrize("snippet, needle", [
+    # a method made to run on another object reads that object's privates (session 24's red-teamers)
+    ("class A:\n    def __init__(self):\n        self._cache = {}", "forbidden attribute ._cache"),
+    ("class A:\n    @staticmethod\n    def raw(self):\n        return self.x", "staticmethod raw takes self"),
+    ("class A:\n    @classmethod\n    def raw(self):\n        return self.x", "classmethod raw takes self"),
+    ("class A:\n    @staticmethod\n    def __init__(self, v):\n        self.x = v", "decorated __init__"),
+])
+def test_self_is_only_the_file_s_own_object(snippet: str, needle: str) -> None:
+    rejected(snippet, needle)
 
 
 PEEK = """
 class Peek:
     def __init__(self):
-        self._data = None
+        self.data = None
     def data_of(self):
-        return self._data
+        return self.data
     @staticmethod
     def helper(v):
         return v
@@ -420,16 +431,6 @@ ok = isinstance(p, (Peek, Sub)) and issubclass(Sub, Peek)
 def f(a: Peek) -> Sub:
     return Sub()
 """)
-
-
-def test_own_private_names_meet_the_other_name_rules() -> None:
-    """A private name the file defines itself is still judged by the rules every other name meets."""
-    rejected("class A:\n    def __init__(self):\n        self._sys = None\n    def m(self):\n        return self._sys",
-             "forbidden attribute ._sys")
-    for name, needle in (("_perf_counter", "timers"), ("_mem_get_info", "allocator state"),
-                         ("_load_inline", "._load_inline")):
-        rejected(f"class A:\n    def __init__(self):\n        self.{name} = 1\n    def m(self):\n"
-                 f"        return self.{name}", needle)
 
 
 # ------------------------------------------------------------------------------------------------ files

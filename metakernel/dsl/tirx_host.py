@@ -44,8 +44,9 @@ RAW_MEMORY = frozenset({
 
 #: Device source written as free text (`Tx.cuda.func_call(..., source_code=...)`): pasted into the generated CUDA
 #: unread by any check here, it read `%globaltimer` spelled as two joined C literals and declared cuBLAS's kernel
-#: names as the DSL's (session 24's red-teamer).
-FREE_SOURCE = frozenset({"tirx.cuda.func_call"})
+#: names as the DSL's (session 24's red-teamer); the iket instrumentation event pastes its source alike (their second
+#: round).
+FREE_SOURCE = frozenset({"tirx.cuda.func_call", "tirx.cuda.iket_official_event"})
 
 #: GPU clocks (and the profiler's intrinsics, which read one): refused anywhere in a source built for a GPU
 #: grading, as are string operands naming a clock register (`base.CLOCK_REGISTERS`: inline PTX).

@@ -1025,6 +1025,17 @@ def _failure(child: Child, exc: BaseException, status: str) -> dict[str, Any]:
     return {"ok": False, "status": status, "error": text, "fatal": fatal}
 
 
+def _next_message(conn: Connection, receive: Any) -> dict[str, Any] | None:
+    """The parent's next request, or None once the connection has closed."""
+    while True:
+        try:
+            got = receive(conn)
+        except (EOFError, OSError):
+            return None
+        if got is not None:
+            return dict(got[0])
+
+
 def main() -> None:
     """Read the config, enter the sandbox, set up, and serve requests until told to exit."""
     config = json.loads(sys.stdin.readline())
@@ -1050,16 +1061,11 @@ def main() -> None:
         info = child.setup()
         if config.get("path") is None:  # started ahead of its kernel: warm, then wait for the file
             send(conn, {"ok": True, "warm": True, "isolation": isolation.to_dict(), **info})
-            got = None
-            while got is None:
-                got = receive(conn)
-            msg, _ = got
-            if msg.get("op") != "load":
+            msg = _next_message(conn, receive)
+            if msg is None or msg.get("op") != "load":
                 return  # the parent let this child go unused
             info = child.load(str(msg["path"]))
         send(conn, {"ok": True, "ready": True, "isolation": isolation.to_dict(), **info})
-    except (EOFError, OSError):
-        return
     except _Fail as exc:
         send(conn, {"ok": False, "status": exc.status, "reason": exc.reason, "error": exc.text,
                               "isolation": isolation.to_dict()})

@@ -727,7 +727,7 @@ class Evaluation:
         names = set(reply.get("kernel_names", []))
         kernels = reply.get("kernels", [])
         total = sum(us for _, us in kernels)
-        borrowed = sorted(n for n in names if kernel_names.library_like(n))
+        borrowed = sorted(n for n in names if kernel_names.vendor_named(n))
         if borrowed:
             self.report.phases_s["profile"] = time.perf_counter() - started
             self.end("rule_violation", "foreign_kernel",

@@ -22,18 +22,19 @@ def classify(name: str, dsl_symbols: set[str]) -> str:
     """"dsl", "library" or "foreign"."""
     if name in dsl_symbols:
         return "dsl"
-    if library_like(name):
+    if not _C_IDENTIFIER.match(name) or vendor_named(name):
         return "library"
     return "foreign"
 
 
-def library_like(name: str) -> bool:
-    """Whether a kernel name reads as torch's or a vendor library's: one the DSL's own kernels may not carry.
+def vendor_named(name: str) -> bool:
+    """Whether a plain C name carries a vendor library's prefix: one the DSL's own kernels may not carry.
 
     A DSL symbol named like cuBLAS's kernels makes the library's kernel of that name count as DSL work (session
-    24's red-teamer declared `nvjet_*` names in TIRx's generated source).
+    24's red-teamer declared `nvjet_*` names in TIRx's generated source). (Demangled C++ names cannot be a DSL
+    symbol: both DSLs' kernels are plain C identifiers.)
     """
-    return not _C_IDENTIFIER.match(name) or name.startswith(LIBRARY_PREFIXES) or bool(_VENDOR_ARCH.match(name))
+    return name.startswith(LIBRARY_PREFIXES) or bool(_VENDOR_ARCH.match(name))
 
 
 _CUTE_FUNCTION = re.compile(r"kernel_cutlass_(.+?)_(?:tensor|ptr|FakeTensor|Int|Float|Bool|Constexpr)")

@@ -95,7 +95,9 @@ FEATURE_ATTRIBUTES: dict[str, str] = {
         "call_pure_intrin call_llvm_intrin call_llvm_pure_intrin Op make_node load_json").split(), _FFI),
     # free-text device source: pasted into the generated CUDA unchecked (a clock register as two joined C literals,
     # `.entry <cuBLAS kernel>` lines that made library kernels count as TIRx's: session 24's red-teamer)
-    "func_call": "device source written as text (Tx.cuda.func_call) is out of the grader's sight: write it in TIRx",
+    **dict.fromkeys(("func_call", "iket", "official_event", "iket_official_event", "call_kernel"),
+                    "device source written as text (Tx.cuda.func_call, the iket event, call_kernel) is out of the "
+                    "grader's sight: write it in TIRx"),
     **dict.fromkeys(("save", "from_file", "fromfile", "tofile", "gds", "GdsFile"), "file access"),
     **dict.fromkeys(("Event", "elapsed_time", "perf_counter", "perf_counter_ns", "time_ns", "monotonic",
                      "monotonic_ns", "process_time", "thread_time", "clock", "clock64", "globaltimer", "Timer",
@@ -253,7 +255,6 @@ class _Checker:
         self.aliases: dict[str, str] = {}  # imported name -> dotted path it stands for
         self.modules: set[str] = set()  # imported names bound to modules
         self.bound: dict[str, set[str]] = {}  # name -> kinds of binding (import, class, other)
-        self.own_private: set[str] = set()
         self.selves: set[int] = set()  # ids of `self` parameters of methods
         self.init_selves: set[int] = set()  # ... of __init__ / __post_init__, whose self is always a fresh object
         self.ok_calls: set[int] = set()  # ids of getattr/type/super names in calls of the allowed shape
@@ -303,21 +304,15 @@ class _Checker:
             if isinstance(n, ast.ClassDef):
                 for stmt in n.body:
                     if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                        self.own_private.add(stmt.name)
                         params = stmt.args.posonlyargs + stmt.args.args
                         if params and params[0].arg == "self":
                             self.selves.add(id(params[0]))
                             if stmt.name in ("__init__", "__post_init__"):
                                 self.init_selves.add(id(params[0]))
-                    targets = stmt.targets if isinstance(stmt, ast.Assign) else \
-                        [stmt.target] if isinstance(stmt, ast.AnnAssign) else []
-                    self.own_private.update(t.id for t in targets if isinstance(t, ast.Name))
             body = getattr(n, "body", None)
             if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body and \
                     isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
                 self.docstrings.add(id(body[0].value))
-            if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store) and _is_name(n.value, "self"):
-                self.own_private.add(n.attr)
         for n in nodes:
             if isinstance(n, ast.Import):
                 for a in n.names:
@@ -365,6 +360,20 @@ class _Checker:
             return found
 
         self.methods = {name: resolve(name, frozenset({name})) for name in own}
+
+    def _method_binding(self, n: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        """`self` only where Python binds it to the file's own object.
+
+        A static method whose first parameter is `self` takes any object as self (`Peek.raw(obj)`); a static
+        `__init__` made `Poke(obj, v)` assign to `obj` (session 24's second red-teamer).
+        """
+        params = n.args.posonlyargs + n.args.args
+        decorated = [_unparse(d) for d in n.decorator_list]
+        if params and params[0].arg == "self" and any(d in ("staticmethod", "classmethod") for d in decorated):
+            self.flag(n, "methods run on the file's own objects only",
+                      f"{decorated[0]} {n.name} takes self: a static or class method has no self")
+        if n.name in ("__init__", "__post_init__") and decorated:
+            self.flag(n, "methods run on the file's own objects only", f"decorated {n.name}")
 
     def _own_class_use(self, n: ast.Name) -> str | None:
         """Why a class of this file may not appear here, or None.
@@ -447,6 +456,8 @@ class _Checker:
                           f"string constant containing {bad[0]}")
         elif isinstance(n, ast.ClassDef):
             self._class(n)
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            self._method_binding(n)
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and _DUNDER.fullmatch(n.name) and \
                 n.name not in _METHOD_DUNDERS:
             self.flag(n, f"only {', '.join(sorted(_METHOD_DUNDERS))} may be defined: the others hook into torch, "
@@ -531,11 +542,9 @@ class _Checker:
         if _DUNDER.fullmatch(name):
             return "dunder attributes reach interpreter internals (only super().__init__)"
         if name.startswith("_"):
-            if not (on_self and name in self.own_private):
-                return "private attribute: only public API (and self._name this file defines)"
-            # the file's own private name still meets every rule below under its public spelling: a method that
-            # reads self._getframe is a frame reader once it runs on another object (session 24's red-teamer)
-            name = name.lstrip("_") or name
+            # own objects too: a method can be made to run on another object as self (an unbound call, a static
+            # __init__, a class kept by a decorator: session 24's red-teamers), and then self._sys is sys's
+            return "private attribute: only public API, on the file's own objects too (self.name, not self._name)"
         if (name == "cuda" and (origin.path or "").split(".")[0] == "cutlass") or (
                 name == "driver" and origin.path != "cuda.bindings"):
             return _CUDA_API  # the CUDA bindings under CuTe's names; torch.cuda and cuda.bindings.driver stay
@@ -761,7 +770,6 @@ def attribute_reason(name: str, chain: str | None = None) -> str | None:
     public name reachable from the allowed imports, each on its own chain.
     """
     checker = _Checker.__new__(_Checker)
-    checker.own_private = set()
     if chain is None:
         return checker._attribute_reason(name, _Origin("local"), False)
     root = chain.split(".")[0]
