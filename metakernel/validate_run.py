@@ -253,21 +253,20 @@ def run_gold_validation(selection: str, *, device: str, as_json: bool, report_pa
 
         run_lanes(lanes, jobs, grade_one)
         left = lanes.left
-        pending = []
-    ahead = Prefetch(start_ahead, lambda sol: _arena_bytes(catalog.problem(sol.number)))
-    for index, sol in enumerate(pending):
-        problem = catalog.problem(sol.number)
-        if time_budget is not None and time.monotonic() - started > time_budget:
-            left = len(pending) - index
-            ahead.close()
-            break
-        announce(sol)
-        if device == "cuda":
-            current = ahead.take(pending[index:])
-            record(sol, grade(problem, sol.dsl, sol.path, device="cuda", options=options, prestarted=current))
-        else:
-            record(sol, dry_run(problem, sol.dsl, sol.path), dry=True)
-    ahead.close()
+    else:
+        ahead = Prefetch(start_ahead, lambda sol: _arena_bytes(catalog.problem(sol.number)))
+        for index, sol in enumerate(pending):
+            problem = catalog.problem(sol.number)
+            if time_budget is not None and time.monotonic() - started > time_budget:
+                left = len(pending) - index
+                break
+            announce(sol)
+            if device == "cuda":
+                current = ahead.take(pending[index:])
+                record(sol, grade(problem, sol.dsl, sol.path, device="cuda", options=options, prestarted=current))
+            else:
+                record(sol, dry_run(problem, sol.dsl, sol.path), dry=True)
+        ahead.close()
     _summarise_gold(data)
     if report_path:
         _write_report(report_path, data)

@@ -407,7 +407,7 @@ class Child:
     def setup(self) -> dict[str, Any]:
         """torch, CUDA, arenas, the DSL and its hooks, the bound callables; then the file, unless it comes later.
 
-        A candidate's child is started before its kernel exists (`Worker.spawn`: the agent is still writing it):
+        A candidate's child may start before its kernel exists (`WarmWorker`: the agent is still writing it):
         everything up to the audit hook is the same for every kernel of the variant, and `load` does the rest
         once the parent has put the file in this child's work dir.
         """
@@ -1025,15 +1025,15 @@ def _failure(child: Child, exc: BaseException, status: str) -> dict[str, Any]:
     return {"ok": False, "status": status, "error": text, "fatal": fatal}
 
 
-def _next_message(conn: Connection, receive: Any) -> dict[str, Any] | None:
-    """The parent's next request, or None once the connection has closed."""
+def _next_message(conn: Connection, receive: Any) -> tuple[dict[str, Any], list[bytes]] | None:
+    """The parent's next request and its blobs, or None once the connection has closed."""
     while True:
         try:
             got = receive(conn)
         except (EOFError, OSError):
             return None
         if got is not None:
-            return dict(got[0])
+            return got  # type: ignore[no-any-return]
 
 
 def main() -> None:
@@ -1061,10 +1061,10 @@ def main() -> None:
         info = child.setup()
         if config.get("path") is None:  # started ahead of its kernel: warm, then wait for the file
             send(conn, {"ok": True, "warm": True, "isolation": isolation.to_dict(), **info})
-            msg = _next_message(conn, receive)
-            if msg is None or msg.get("op") != "load":
+            got = _next_message(conn, receive)
+            if got is None or got[0].get("op") != "load":
                 return  # the parent let this child go unused
-            info = child.load(str(msg["path"]))
+            info = child.load(str(got[0]["path"]))
         send(conn, {"ok": True, "ready": True, "isolation": isolation.to_dict(), **info})
     except _Fail as exc:
         send(conn, {"ok": False, "status": exc.status, "reason": exc.reason, "error": exc.text,
@@ -1074,12 +1074,9 @@ def main() -> None:
         send(conn, {**_failure(child, exc, "compile_error"), "isolation": isolation.to_dict()})
         return
     while True:
-        try:
-            got = receive(conn)
-        except (EOFError, OSError):
-            return
+        got = _next_message(conn, receive)
         if got is None:
-            continue
+            return
         msg, blobs = got
         if msg.get("op") == "exit":
             send(conn, {"ok": True})

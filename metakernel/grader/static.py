@@ -261,7 +261,7 @@ class _Checker:
         self.docstrings: set[int] = set()
         self.parents: dict[int, ast.AST] = {}
         self.uses_dsl = False
-        self.methods: dict[str, set[str]] = {}  # class of this file -> its instance methods (inherited ones too)
+        self.methods: dict[str, set[str]] = {}  # class of this file -> the methods taking self (inherited too)
 
     def flag(self, node: ast.AST | int, rule: str, detail: str) -> None:
         line = node if isinstance(node, int) else getattr(node, "lineno", 1)
@@ -299,13 +299,19 @@ class _Checker:
 
     # -------------------------------------------------------------------------------------------- bindings
     def _collect(self, nodes: list[ast.AST]) -> None:
-        self._collect_methods(nodes)
+        own: dict[str, set[str]] = {}  # class -> the methods it defines that take self
+        bases: dict[str, list[str]] = {}  # class -> its bases that are plain names
         for n in nodes:
             if isinstance(n, ast.ClassDef):
+                own.setdefault(n.name, set())
+                bases.setdefault(n.name, []).extend(
+                    b.id for b in (b.value if isinstance(b, ast.Subscript) else b for b in n.bases)
+                    if isinstance(b, ast.Name))
                 for stmt in n.body:
                     if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
                         params = stmt.args.posonlyargs + stmt.args.args
                         if params and params[0].arg == "self":
+                            own[n.name].add(stmt.name)
                             self.selves.add(id(params[0]))
                             if stmt.name in ("__init__", "__post_init__"):
                                 self.init_selves.add(id(params[0]))
@@ -337,29 +343,14 @@ class _Checker:
             elif isinstance(n, ast.MatchMapping) and n.rest:
                 self._bind(n, n.rest, "other")
 
-    def _collect_methods(self, nodes: list[ast.AST]) -> None:
-        """Each class's instance methods (first parameter `self`, not a static or class method), with its bases'."""
-        own: dict[str, set[str]] = {}
-        bases: dict[str, list[str]] = {}
-        for n in nodes:
-            if isinstance(n, ast.ClassDef):
-                own.setdefault(n.name, set()).update(
-                    stmt.name for stmt in n.body if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef))
-                    and (stmt.args.posonlyargs + stmt.args.args)[:1] and
-                    (stmt.args.posonlyargs + stmt.args.args)[0].arg == "self" and
-                    not any(_is_name(d, "staticmethod") or _is_name(d, "classmethod") for d in stmt.decorator_list))
-                bases.setdefault(n.name, []).extend(
-                    b.id for b in (b.value if isinstance(b, ast.Subscript) else b for b in n.bases)
-                    if isinstance(b, ast.Name))
-
-        def resolve(name: str, seen: frozenset[str]) -> set[str]:
+        def methods(name: str, seen: frozenset[str]) -> set[str]:
             found = set(own.get(name, ()))
             for base in bases.get(name, ()):
                 if base in own and base not in seen:
-                    found |= resolve(base, seen | {base})
+                    found |= methods(base, seen | {base})
             return found
 
-        self.methods = {name: resolve(name, frozenset({name})) for name in own}
+        self.methods = {name: methods(name, frozenset({name})) for name in own}
 
     def _method_binding(self, n: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         """`self` only where Python binds it to the file's own object.
@@ -379,9 +370,9 @@ class _Checker:
         """Why a class of this file may not appear here, or None.
 
         A method read through its class is a plain function: `Peek.sys_of(typing.collections)` ran `return self._sys`
-        on a module and handed out `sys` (session 24's red-teamer; `self._name` is allowed because self is the
-        file's own object). So a class may be called, subclassed, type-checked, annotated or read for its
-        other attributes (`Config.BLOCK`), and held as a value nowhere.
+        on a module and handed out `sys` (session 24's red-teamer, when `self._name` was still allowed). So a class
+        may be called, subclassed, type-checked, annotated or read for its other attributes (`Config.BLOCK`), and
+        held as a value nowhere.
         """
         parent = self.parents.get(id(n))
         if isinstance(parent, ast.Tuple):  # isinstance(x, (A, B))

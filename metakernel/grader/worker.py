@@ -120,11 +120,7 @@ class Worker:
         self.path = self.src / self.source.name
 
     def start(self) -> dict[str, Any]:
-        """Spawn the child and wait until it has entered its sandbox and imported the DSL and the kernel."""
-        return self.spawn()
-
-    def spawn(self) -> dict[str, Any]:
-        """Start the child: sandbox, arenas, DSL; and the file, if this worker was made with one.
+        """Start the child: sandbox, arenas, DSL, and the kernel if this worker was made with one.
 
         Made without one (`path=None`), the child stops there ("warm") until `load` hands it the kernel: it can be
         started while the kernel is still being written, and its grading then waits only for the kernel's import.
@@ -165,11 +161,15 @@ class Worker:
         self.proc.stdin.close()
         reply = self._receive(self.start_timeout, phase="starting the grading process")
         self.isolation = reply.get("isolation") or {}
+        self.ready = self._accepted(reply)
+        return reply
+
+    def _accepted(self, reply: dict[str, Any]) -> dict[str, Any]:
+        """A start's or a load's reply; a failed one ends this child and is raised (the kernel's, or ours)."""
         if not reply.get("ok"):
             self.close()
             raise WorkerFailure(reply.get("status", "compile_error"), reply.get("error", ""),
                                 reply.get("reason", ""))
-        self.ready = reply
         return reply
 
     def _copy_source(self) -> None:
@@ -178,7 +178,7 @@ class Worker:
         os.chmod(self.path, 0o644)
 
     def load(self, source: Path) -> dict[str, Any]:
-        """Hand a warm child (`spawn` without a file) its kernel: copied into its work dir, then imported there."""
+        """Hand a warm child (started without a file) its kernel: copied into its work dir, then imported there."""
         if self.path is None:
             self._place(Path(source))
             self._copy_source()
@@ -191,11 +191,7 @@ class Worker:
             transport.send(self.conn, {"op": "load", "path": str(self.path)})
         except (BrokenPipeError, ConnectionResetError, OSError) as exc:
             raise self._crashed(f"could not hand it the kernel ({exc})") from exc
-        reply = self._receive(self.start_timeout, phase="importing the kernel")
-        if not reply.get("ok"):
-            self.close()
-            raise WorkerFailure(reply.get("status", "compile_error"), reply.get("error", ""),
-                                reply.get("reason", ""))
+        reply = self._accepted(self._receive(self.start_timeout, phase="importing the kernel"))
         self.ready = {**warm, **reply}
         return self.ready
 
