@@ -3,6 +3,8 @@ dependency ablation's restore rule and the audit hook's compile rule."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from metakernel.compare import Expected
@@ -311,3 +313,79 @@ def test_the_reply_channel_and_the_llvm_checks_are_bound_before_the_candidate(mo
     real = tirx_host.source_problem
     monkeypatch.setattr(tirx_host, "source_problem", lambda mod: None)
     assert tirx_host.checked_build.__kwdefaults__["_problem"] is real
+
+
+def test_code_generators_compile_only_through_their_public_entries(tmp_path):
+    """The hook trusted every compile made from dataclasses' frames, so `dataclasses._create_fn`, reached through a
+    private read, compiled any text (red team, session 24). A real hook in a fresh interpreter: dataclasses and
+    namedtuples still work, a private generator called directly is refused, and the import system compiles only the
+    file it names."""
+    import subprocess
+    import sys
+    import textwrap
+    from pathlib import Path
+
+    kernel = tmp_path / "kernel.py"
+    kernel.write_text("x = 1\n")
+    (tmp_path / "lib").mkdir()
+    module = tmp_path / "lib" / "plain_module.py"  # a read-only bind in the sandbox, as the DSL wheels may be
+    module.write_text("VALUE = 41 + 1\n")
+    script = textwrap.dedent(f"""
+        import collections, dataclasses, importlib.machinery, sys
+        from metakernel.grader.child import Guard
+        guard = Guard({str(kernel)!r}, {str(tmp_path / 'work')!r},
+                      ({str(Path(__file__).resolve().parents[1])!r}, {str(tmp_path / 'lib')!r}))
+        sys.addaudithook(guard)
+        guard.armed = True
+        point = dataclasses.make_dataclass("Point", ["a", "b"])
+        assert point(1, 2).b == 2
+        assert collections.namedtuple("Pair", "a b")(3, 4).a == 3
+        sys.path.insert(0, {str(tmp_path / 'lib')!r})
+        import plain_module
+        assert plain_module.VALUE == 42 and not guard.violations, guard.violations
+        def refused(call):
+            try:
+                call()
+            except PermissionError as e:
+                return str(e)
+            raise AssertionError("not refused")
+        print(refused(lambda: dataclasses._create_fn("f", [], ["return 1"], globals={{}})))
+        loader = importlib.machinery.SourceFileLoader("plain_module", {str(module)!r})
+        print(refused(lambda: loader.source_to_code(b"VALUE = 0", {str(module)!r})))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                         cwd=str(Path(__file__).resolve().parents[1]))
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert "dataclasses._create_fn" in lines[0] and "public functions only" in lines[0]
+    assert "import system" in lines[1] and "plain_module.py" in lines[1]
+
+
+def test_the_kernel_file_compiles_only_as_the_rules_read_it(tmp_path):
+    """The kernel lies in the writable work dir: text written over it at run time and compiled under its name is
+    refused, while the file itself and a function of it (what a DSL parser re-parses) still compile."""
+    from pathlib import Path
+
+    import pytest
+
+    from metakernel.grader.child import Guard
+
+    kernel = tmp_path / "work" / "kernel.py"
+    kernel.parent.mkdir()
+    kernel.write_text("import torch\n\n\ndef solve(x):\n    return x + 1\n")
+    guard = Guard(str(kernel), str(tmp_path / "work"), (str(Path(__file__).resolve().parents[1]),))
+    guard.armed = True
+
+    def from_module(name: str) -> Any:
+        """A function whose frame is module `name`'s, raising a compile event as that module would."""
+        namespace: dict[str, Any] = {"__name__": name, "guard": guard}
+        exec("def compile_there(text, path):\n    guard('compile', (text, path))\n", namespace)  # noqa: S102
+        return namespace["compile_there"]
+
+    imports, parser = from_module("importlib._bootstrap"), from_module("cutlass.base_dsl.ast_preprocessor")
+    imports(kernel.read_bytes(), str(kernel))  # the import of the kernel
+    parser("def solve(x):\n    return x + 1\n", str(kernel))  # CuTe's preprocessor parses a function of it
+    assert not guard.violations
+    kernel.write_text("import os\nos.system('true')\n")
+    with pytest.raises(PermissionError, match="after it changed"):
+        imports(kernel.read_bytes(), str(kernel))
