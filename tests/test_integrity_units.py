@@ -389,3 +389,55 @@ def test_the_kernel_file_compiles_only_as_the_rules_read_it(tmp_path):
     kernel.write_text("import os\nos.system('true')\n")
     with pytest.raises(PermissionError, match="after it changed"):
         imports(kernel.read_bytes(), str(kernel))
+
+
+def test_a_clock_in_the_generated_device_source_is_refused_whatever_op_wrote_it():
+    """The IR check knows clock ops by name and reads each string operand alone; session 24's red-teamer read
+    %globaltimer through two joined C literals and `clock64()` in free text. The device source TVM generated is
+    read as the CUDA compiler reads it: that file's kernel (its route closed by name since) is refused there with
+    the op check out of the way, an honest gold kernel's source is not, and the usual spellings are all found."""
+    import importlib.util
+    from pathlib import Path
+
+    import tvm
+
+    from metakernel.dsl.base import source_clock
+    from metakernel.dsl.tirx_host import built_problem, checked_build
+
+    root = Path(__file__).resolve().parents[1] / "solutions" / "mlp_norm" / "28_fused_add_rmsnorm_h4096"
+    spec = importlib.util.spec_from_file_location("rt_funccall", root / "wrong" / "rt_tirx_funccall_globaltimer.py")
+    assert spec and spec.loader
+    cheat = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cheat)
+    target = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
+    refused: list[str] = []
+
+    def refuse(what: str) -> None:
+        refused.append(what)
+        raise PermissionError(what)
+
+    from metakernel.dsl import tirx_host
+
+    tirx_host.CONFINEMENT.active, was = True, tirx_host.CONFINEMENT.active
+    try:
+        try:
+            checked_build(tvm.compile, cheat.add_rmsnorm_stamped, target=target, tir_pipeline="tirx",
+                          _problem=lambda mod: None, _refuse=refuse)
+        except PermissionError:
+            pass
+    finally:
+        tirx_host.CONFINEMENT.active = was
+    assert refused and "GPU clock" in refused[0], refused
+
+    spec = importlib.util.spec_from_file_location("gold28", root / "correct" / "tirx.py")
+    assert spec and spec.loader
+    gold = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gold)
+    honest = tvm.compile(gold._make_kernel(4096), target=target, tir_pipeline="tirx")
+    assert built_problem(honest) is None
+
+    for text in ('asm volatile("mov.u64 %0, %%global" "timer;" : "=l"(t));', "t = clock64 ();", "t = clock();",
+                 'asm("mov.u32 %0, %%glob" /* x */ "altimer;");', 'asm("mov.u32 %0, %%glob\\x61ltimer;");',
+                 'asm("mov.u32 %0, %%pm2;");', "mov.u64 %rd1, %clock64;", "cuda::std::chrono::system_clock::now()"):
+        assert source_clock(text), text
+    assert source_clock("float clocks = a * b; // clockwise\nint pm = 3;") is None

@@ -229,7 +229,32 @@ NATIVE_CODE_EVENT = "metakernel.native_code"
 #: kernel that reads one can time itself and tell a row's first call (after the parent's pause) from the others;
 #: no gold kernel does. The static rules refuse the names; the adapters' IR checks (`cute_host.device_problem`,
 #: `tirx_host.source_problem`) see every spelling that ends in the module.
-CLOCK_REGISTERS = re.compile(r"(?i)globaltimer|%clock|sreg\.clock|readcyclecounter|readsteadycounter")
+CLOCK_REGISTERS = re.compile(r"(?i)globaltimer|%clock|%pm\d|sreg\.clock|readcyclecounter|readsteadycounter")
+
+#: A GPU clock in generated CUDA C or PTX text: the registers above, CUDA's `clock()` / `clock64()` and libcu++'s
+#: chrono clocks.
+_SOURCE_CLOCKS = re.compile(CLOCK_REGISTERS.pattern + r"|\bclock(?:64)?\s*\(|chrono")
+_C_COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
+_C_JOIN = re.compile(r'"\s*"|\\\n')  # adjacent string literals, a line continuation
+_C_ESCAPE = re.compile(r"\\(x[0-9a-fA-F]{1,2}|[0-7]{1,3})")
+
+
+def source_clock(text: str) -> str | None:
+    """The GPU clock a generated CUDA C (or PTX) source reads, or None: the last word on what a TIRx op emitted.
+
+    Checking the IR op by op knows only the names it lists, and reads each string operand alone; the source the
+    compiler gets is where every spelling ends. So the text is read as the C compiler will: adjacent literals joined
+    (`"%%global" "timer"`), line continuations and comments between them dropped, hex and octal escapes decoded.
+    """
+    joined = _C_JOIN.sub("", text)
+    uncommented = _C_JOIN.sub("", _C_COMMENT.sub("", text))
+    for variant in (text, joined, uncommented):
+        decoded = _C_ESCAPE.sub(lambda m: chr(int(m.group(1)[1:], 16) if m.group(1)[0] == "x" else int(m.group(1), 8)),
+                                variant)
+        found = _SOURCE_CLOCKS.search(decoded)
+        if found:
+            return found.group(0)
+    return None
 
 
 def refuse_native_code(what: str) -> None:

@@ -44,6 +44,7 @@ from typing import Any
 from metakernel.dsl import tirx_host
 from metakernel.dsl.base import LaunchGate
 from metakernel.dsl.resources import Launch, ResourceLog
+from metakernel.dsl.tirx_host import cuda_sources as _cuda_sources
 from metakernel.paths import guides_dir
 
 # docs/ is not package data: the guide is read from the checkout (or METAKERNEL_GUIDES_DIR).
@@ -79,47 +80,6 @@ _STATE = _HookState()
 
 def _is_internal(name: str) -> bool:
     return name.startswith("__tvm") or name in _INTERNAL_NAMES or "." in name
-
-
-def _module_key(mod: Any) -> int:
-    try:
-        return int(mod.__chandle__())
-    except Exception:  # noqa: BLE001
-        return id(mod)
-
-
-def _device_modules(mod: Any) -> list[Any]:
-    """The module and every module it imports (transitively), the root first."""
-    seen: set[int] = set()
-    out: list[Any] = []
-    stack = [mod]
-    while stack:
-        m = stack.pop()
-        key = _module_key(m)
-        if key in seen:
-            continue
-        seen.add(key)
-        out.append(m)
-        try:
-            stack.extend(m.imports)
-        except Exception:  # noqa: BLE001
-            pass
-    return out
-
-
-def _cuda_sources(mod: Any) -> list[str]:
-    """CUDA (or PTX) source text of every CUDA module under `mod`; empty when only binaries are held."""
-    out = []
-    for m in _device_modules(mod):
-        try:
-            if m.kind != "cuda":
-                continue
-            src = m.inspect_source()
-        except Exception:  # noqa: BLE001
-            continue
-        if src:
-            out.append(src)
-    return out
 
 
 def kernel_names_of(mod: Any) -> frozenset[str]:

@@ -15,6 +15,9 @@ check), `confine` makes every LLVM build
 and refuses anything else through the audit event `base.NATIVE_CODE_EVENT`, which the child's audit hook turns into a
 `rule_violation/sandbox` that catching the exception does not undo. A CPU-only grading runs llvm kernels by
 design: there none of this applies, and the CPU grader is no trust boundary (docs/integrity.md).
+
+The device code of the same builds is judged twice: the IR by op names before the build (`source_problem`), and
+the CUDA source TVM generated after it (`built_problem`), which is where every spelling of a GPU clock ends.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from metakernel.dsl.base import CLOCK_REGISTERS
+from metakernel.dsl.base import CLOCK_REGISTERS, source_clock
 from metakernel.dsl.base import refuse_native_code as refuse
 
 #: Calls TVM's lowering puts into a GPU module's host functions: argument unpacking and checks, the launch.
@@ -150,9 +153,66 @@ def host_problem(mod: Any) -> str | None:
     return None
 
 
+def _module_key(mod: Any) -> int:
+    try:
+        return int(mod.__chandle__())
+    except Exception:  # noqa: BLE001
+        return id(mod)
+
+
+def _device_modules(mod: Any) -> list[Any]:
+    """The module and every module it imports (transitively), the root first."""
+    seen: set[int] = set()
+    out: list[Any] = []
+    stack = [mod]
+    while stack:
+        m = stack.pop()
+        key = _module_key(m)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(m)
+        try:
+            stack.extend(m.imports)
+        except Exception:  # noqa: BLE001
+            pass
+    return out
+
+
+def cuda_sources(mod: Any) -> list[str]:
+    """CUDA (or PTX) source text of every CUDA module under `mod`; empty when only binaries are held."""
+    out = []
+    for m in _device_modules(mod):
+        try:
+            if m.kind != "cuda":
+                continue
+            src = m.inspect_source()
+        except Exception:  # noqa: BLE001
+            continue
+        if src:
+            out.append(src)
+    return out
+
+
+def built_problem(built: Any) -> str | None:
+    """Why the device code a build produced may not run in a GPU grading (it reads a GPU clock), or None.
+
+    `source_problem` judges the IR by op names and reads each string operand alone; what TVM's codegen finally
+    writes (its Python codegen joins operand strings into inline PTX, adds helpers such as the profiler's timestamp)
+    is read here as the CUDA compiler will read it, whatever op wrote it (`base.source_clock`).
+    """
+    runtime_module = getattr(built, "mod", built)  # `tvm.compile` wraps `tvm.tirx.build`'s module in an Executable
+    for src in cuda_sources(runtime_module):
+        clock = source_clock(src)
+        if clock:
+            return (f"device code reading a GPU clock ({clock.strip()} in the generated CUDA source): kernels may "
+                    "not time themselves or tell calls apart")
+    return None
+
+
 def checked_build(build: Any, mod: Any, *args: Any, _problem: Any = source_problem, _refuse: Any = refuse,
-                  **kwargs: Any) -> Any:
-    """`build(mod, ...)` with its source checked first and LLVM allowed to run while it lasts.
+                  _built_problem: Any = built_problem, **kwargs: Any) -> Any:
+    """`build(mod, ...)` with its source checked first and LLVM allowed to run while it lasts; then its device source.
 
     The checks are default arguments, bound when this file was imported: a candidate that rewrote this module's
     globals (a red-teamer did, through a library helper that updates any object's `__dict__`) does not reach them.
@@ -164,9 +224,13 @@ def checked_build(build: Any, mod: Any, *args: Any, _problem: Any = source_probl
         _refuse(problem)
     CONFINEMENT.checked_builds += 1
     try:
-        return build(mod, *args, **kwargs)
+        built = build(mod, *args, **kwargs)
     finally:
         CONFINEMENT.checked_builds -= 1
+    problem = _built_problem(built)
+    if problem:
+        _refuse(problem)
+    return built
 
 
 def confine() -> None:
