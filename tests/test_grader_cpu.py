@@ -1104,3 +1104,41 @@ def test_the_local_executor_warms_a_child_for_the_next_submission(problem, tmp_p
     first, second, used, waiting = asyncio.run(session())
     assert first.report.status == "passed" and second.report.status == "wrong", second.report.agent_text()
     assert used and executor._warm == [] and not waiting.worker.tmp.exists()
+
+
+def test_no_thread_empties_the_cache_while_another_allocates_into_a_private_pool(monkeypatch):
+    """Validation lanes aborted the process twice (sessions 24 and 26: torch's INTERNAL ASSERT
+    `captures_underway.empty()` in `~MemPool`): one thread destroyed a pool or emptied the cache while another was
+    inside `use_mem_pool`. Torch's CUDA calls are stand-ins here (no GPU in CI); what is tested is our lock."""
+    import contextlib
+    import threading
+    import time
+
+    import torch
+
+    from metakernel.grader import transport
+
+    inside = threading.Event()
+    events: list[str] = []
+
+    class Pool:
+        pass
+
+    @contextlib.contextmanager
+    def use_mem_pool(pool):
+        events.append("enter")
+        inside.set()
+        time.sleep(0.2)  # another thread tries to empty the cache meanwhile
+        yield
+        events.append("exit")
+
+    monkeypatch.setattr(torch.cuda, "MemPool", Pool, raising=False)
+    monkeypatch.setattr(torch.cuda, "use_mem_pool", use_mem_pool, raising=False)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: events.append("empty"))
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: torch.zeros(1, dtype=torch.uint8))
+    lane = threading.Thread(target=transport.allocate_arena, args=(1 << 20,))
+    lane.start()
+    assert inside.wait(5)
+    transport.release_cache()
+    lane.join()
+    assert events == ["enter", "exit", "empty"], events

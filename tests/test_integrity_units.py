@@ -405,29 +405,36 @@ def test_a_clock_in_the_generated_device_source_is_refused_whatever_op_wrote_it(
     from metakernel.dsl.tirx_host import built_problem, checked_build
 
     root = Path(__file__).resolve().parents[1] / "solutions" / "mlp_norm" / "28_fused_add_rmsnorm_h4096"
-    spec = importlib.util.spec_from_file_location("rt_funccall", root / "wrong" / "rt_tirx_funccall_globaltimer.py")
-    assert spec and spec.loader
-    cheat = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cheat)
-    target = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
-    refused: list[str] = []
-
-    def refuse(what: str) -> None:
-        refused.append(what)
-        raise PermissionError(what)
-
     from metakernel.dsl import tirx_host
 
-    tirx_host.CONFINEMENT.active, was = True, tirx_host.CONFINEMENT.active
-    try:
+    def load(path: Path) -> Any:
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    target = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
+    funccall = load(root / "wrong" / "rt_tirx_funccall_globaltimer.py")
+    symbol = load(root / "wrong" / "rt_tirx_symbol_macro_globaltimer.py")  # session 26: `#define`s in a symbol
+    for cheat, clock in ((funccall.add_rmsnorm_stamped, "globaltimer"), (symbol._module(4096), "##")):
+        refused: list[str] = []
+
+        def refuse(what: str) -> None:
+            refused.append(what)  # noqa: B023 - used within this iteration
+            raise PermissionError(what)
+
+        tirx_host.CONFINEMENT.active, was = True, tirx_host.CONFINEMENT.active
         try:
-            checked_build(tvm.compile, cheat.add_rmsnorm_stamped, target=target, tir_pipeline="tirx",
-                          _problem=lambda mod: None, _refuse=refuse)
-        except PermissionError:
-            pass
-    finally:
-        tirx_host.CONFINEMENT.active = was
-    assert refused and "GPU clock" in refused[0], refused
+            try:
+                checked_build(tvm.compile, cheat, target=target, tir_pipeline="tirx", _problem=lambda mod: None,
+                              _refuse=refuse)
+            except PermissionError:
+                pass
+        finally:
+            tirx_host.CONFINEMENT.active = was
+        assert refused and "GPU clock" in refused[0] and clock in refused[0], refused
+    assert "C identifiers" in (tirx_host.source_problem(symbol._module(4096)) or "")
 
     spec = importlib.util.spec_from_file_location("gold28", root / "correct" / "tirx.py")
     assert spec and spec.loader
@@ -438,6 +445,11 @@ def test_a_clock_in_the_generated_device_source_is_refused_whatever_op_wrote_it(
 
     for text in ('asm volatile("mov.u64 %0, %%global" "timer;" : "=l"(t));', "t = clock64 ();", "t = clock();",
                  'asm("mov.u32 %0, %%glob" /* x */ "altimer;");', 'asm("mov.u32 %0, %%glob\\x61ltimer;");',
-                 'asm("mov.u32 %0, %%pm2;");', "mov.u64 %rd1, %clock64;", "cuda::std::chrono::system_clock::now()"):
+                 'asm("mov.u32 %0, %%pm2;");', "mov.u64 %rd1, %clock64;", "cuda::std::chrono::system_clock::now()",
+                 # the red-teamer's other spellings (session 26): raw strings, a clock by pointer or in parentheses,
+                 # universal-character escapes, "//" inside an earlier literal, nvvm's builtin, the grid id
+                 'asm("%%glob" R"(altimer)");', "auto f = &clock64; t = (clock64)();",
+                 'asm("%%\\u0067lobaltimer");', 'printf("//"); asm("%%glob" /**/ "altimer");',
+                 "t = __nvvm_read_ptx_sreg_clock64();", 'asm("mov.u32 %0, %%gridid;");', "#define C(a, b) a##b"):
         assert source_clock(text), text
-    assert source_clock("float clocks = a * b; // clockwise\nint pm = 3;") is None
+    assert source_clock("float clocks = a * b; // clock64()\nint pm = 3; /* clock() */ char q = '\"';") is None

@@ -229,31 +229,47 @@ NATIVE_CODE_EVENT = "metakernel.native_code"
 #: kernel that reads one can time itself and tell a row's first call (after the parent's pause) from the others;
 #: no gold kernel does. The static rules refuse the names; the adapters' IR checks (`cute_host.device_problem`,
 #: `tirx_host.source_problem`) see every spelling that ends in the module.
-CLOCK_REGISTERS = re.compile(r"(?i)globaltimer|%clock|%pm\d|sreg\.clock|readcyclecounter|readsteadycounter")
+CLOCK_REGISTERS = re.compile(
+    r"(?i)globaltimer|%clock|%pm\d|%gridid|sreg[._](?:clock|gridid)|readcyclecounter|readsteadycounter")
 
-#: A GPU clock in generated CUDA C or PTX text: the registers above, CUDA's `clock()` / `clock64()` and libcu++'s
-#: chrono clocks.
-_SOURCE_CLOCKS = re.compile(CLOCK_REGISTERS.pattern + r"|\bclock(?:64)?\s*\(|chrono")
-_C_COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
-_C_JOIN = re.compile(r'"\s*"|\\\n')  # adjacent string literals, a line continuation
-_C_ESCAPE = re.compile(r"\\(x[0-9a-fA-F]{1,2}|[0-7]{1,3})")
+#: A GPU clock in generated CUDA C or PTX text: the registers above, CUDA's `clock` / `clock64` (called, through a
+#: pointer or in parentheses) and libcu++'s chrono clocks; token pasting (`##`), which builds names no text shows.
+_SOURCE_CLOCKS = re.compile(CLOCK_REGISTERS.pattern + r"|(?<![\w$])clock(?:64)?(?![\w$])|chrono|##")
+#: What the C lexer sees first: raw strings, string and character literals (kept), comments (dropped).
+_C_TOKENS = re.compile(r'R"([^()\\\s"]{0,16})\((.*?)\)\1"'  # a raw string
+                       r'|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|/\*.*?\*/|//[^\n]*', re.S)
+_C_JOIN = re.compile(r'"\s*"')  # adjacent string literals
+_C_ESCAPE = re.compile(r"\\(x[0-9a-fA-F]{1,2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|[0-7]{1,3})")
+
+
+def _c_token(match: re.Match[str]) -> str:
+    text = match.group(0)
+    if text.startswith("/"):
+        return " "  # a comment is one space to the compiler
+    if match.group(2) is not None:
+        return '"' + match.group(2) + '"'  # a raw string: its text, as an ordinary literal for the join below
+    return text
+
+
+def _c_escape(match: re.Match[str]) -> str:
+    code = match.group(1)
+    return chr(int(code[1:], 16) if code[0] in "xuU" else int(code, 8))
 
 
 def source_clock(text: str) -> str | None:
     """The GPU clock a generated CUDA C (or PTX) source reads, or None: the last word on what a TIRx op emitted.
 
     Checking the IR op by op knows only the names it lists, and reads each string operand alone; the source the
-    compiler gets is where every spelling ends. So the text is read as the C compiler will: adjacent literals joined
-    (`"%%global" "timer"`), line continuations and comments between them dropped, hex and octal escapes decoded.
+    compiler gets is where every spelling ends. So the text is read as the C compiler's lexer will: line
+    continuations dropped, comments dropped outside literals, raw strings taken as literals, adjacent literals
+    joined (`"%%global" "timer"`), hex, octal and universal-character escapes decoded. What only the preprocessor
+    would show (a token pasted from two halves) is refused as the paste itself; no TVM source holds one.
     """
-    joined = _C_JOIN.sub("", text)
-    uncommented = _C_JOIN.sub("", _C_COMMENT.sub("", text))
-    for variant in (text, joined, uncommented):
-        decoded = _C_ESCAPE.sub(lambda m: chr(int(m.group(1)[1:], 16) if m.group(1)[0] == "x" else int(m.group(1), 8)),
-                                variant)
-        found = _SOURCE_CLOCKS.search(decoded)
-        if found:
-            return found.group(0)
+    if found := CLOCK_REGISTERS.search(text):
+        return found.group(0)
+    code = _C_JOIN.sub("", _C_TOKENS.sub(_c_token, text.replace("\\\n", "")))
+    if found := _SOURCE_CLOCKS.search(_C_ESCAPE.sub(_c_escape, code)):
+        return found.group(0)
     return None
 
 

@@ -22,6 +22,7 @@ the CUDA source TVM generated after it (`built_problem`), which is where every s
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -56,6 +57,11 @@ FREE_SOURCE = frozenset({"tirx.cuda.func_call", "tirx.cuda.iket_official_event"}
 CLOCK_OPS = frozenset({"tirx.cuda.clock64", "tirx.cuda.mov_sreg", "tirx.timer_init_cuda", "tirx.timer_start_cuda",
                        "tirx.timer_end_cuda", "tirx.timer_finalize_cuda", "tirx.start_profile_intrinsic",
                        "tirx.end_profile_intrinsic"})
+
+#: A function's name and symbol (TVM's codegen pastes the symbol into the CUDA source unread: a red-teamer's symbol
+#: carried newlines and `#define`s, session 26), and the text of its attributes and variable names.
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_NAME = re.compile(r"[A-Za-z0-9_.]*\Z")
 
 #: Buffer loads and stores by their IR type keys (`tvm.tirx.BufferLoad` is a function that builds an ir.TensorLoad).
 BUFFER_ACCESS = frozenset({"ir.TensorLoad", "tirx.BufferLoad", "tirx.BufferStore"})
@@ -124,9 +130,18 @@ def source_problem(mod: Any) -> str | None:
     for name, func in _functions(mod):
         symbol = str(func.attrs["global_symbol"]) if func.attrs and "global_symbol" in func.attrs else name
         for label in {name, symbol}:
-            if label.startswith("__tvm") or "." in label:
+            if not _IDENTIFIER.match(label):
+                return (f"a function named {label[:60]!r} (function names must be C identifiers: TVM pastes them "
+                        "into the generated CUDA source)")
+            if label.startswith("__tvm"):
                 return f"a function named {label} (names TVM keeps for its own functions)"
+        for key, value in (func.attrs.items() if func.attrs else ()):
+            if isinstance(value, str) and not _NAME.match(value):
+                return f"function attribute {key} = {value[:60]!r} in {name} (attribute text must be a plain name)"
         for node in ir_nodes(func):
+            hint = getattr(node, "name_hint", None)
+            if isinstance(hint, str) and not _NAME.match(hint):
+                return f"a variable named {hint[:60]!r} in {name} (names must be plain: codegen pastes them)"
             op = _op_name(node)
             if op in RAW_MEMORY:
                 return f"{op.removeprefix('tirx.')} in {name} (raw memory access or a call into the process)"

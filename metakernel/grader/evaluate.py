@@ -45,7 +45,7 @@ from metakernel.grader.timing import (
     row_size,
     seeded_draw,
 )
-from metakernel.grader.transport import leaf_kinds, unpack_value
+from metakernel.grader.transport import leaf_kinds, release_cache, unpack_value
 from metakernel.grader.worker import StartingWorker, Worker, WorkerFailure
 from metakernel.hardware import H200
 from metakernel.problem import Problem
@@ -214,7 +214,7 @@ def grader_gpu_bytes(device: str) -> tuple[int, int] | None:
     """(bytes this process holds on the GPU after returning its cache, the GPU's total), or None off the GPU."""
     if device != "cuda" or not torch.cuda.is_available():
         return None
-    torch.cuda.empty_cache()
+    release_cache()
     return torch.cuda.memory_reserved(), torch.cuda.mem_get_info()[1]
 
 
@@ -986,8 +986,9 @@ def grade(problem: Problem, dsl: str, kernel: Path, device: str = "cuda", option
         with share.untimed():
             if together:
                 ev.report.phases_s["share_wait"] = time.perf_counter() - mark
+            mark = time.perf_counter()
             ev.static()
-            ev.report.phases_s["static"] = time.perf_counter() - started
+            ev.report.phases_s["static"] = time.perf_counter() - mark  # the wait above is share_wait's, not this
             mark = time.perf_counter()
             ev.start(prestarted)
             ev.report.phases_s["start_wait"] = time.perf_counter() - mark  # 0 when a child started ahead was ready

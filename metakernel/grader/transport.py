@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import threading
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -142,6 +143,21 @@ def wrap_device_bytes(ptr: int, nbytes: int) -> Any:
     return torch.as_tensor(_CudaArray(ptr, nbytes), device="cuda")
 
 
+#: Held while a thread allocates into a private pool, destroys one, or empties torch's cache. While one thread is
+#: inside `use_mem_pool`, torch counts a capture under way, and any other thread that then empties the cache or
+#: destroys a pool trips its INTERNAL ASSERT `captures_underway.empty()` and aborts the process (two validation
+#: runs side by side, sessions 24 and 26, the second with the backtrace through `~MemPool`).
+GPU_MEMORY_LOCK = threading.RLock()
+
+
+def release_cache() -> None:
+    """`torch.cuda.empty_cache()`, never while another thread allocates into a private pool."""
+    import torch
+
+    with GPU_MEMORY_LOCK:
+        torch.cuda.empty_cache()
+
+
 def allocate_arena(nbytes: int) -> tuple[Any, Any]:
     """A uint8 CUDA buffer whose allocation holds nothing else, and the pool that keeps it (or None).
 
@@ -157,13 +173,14 @@ def allocate_arena(nbytes: int) -> tuple[Any, Any]:
     pool = None
     mem_pool = getattr(torch.cuda, "MemPool", None)
     use_pool = getattr(torch.cuda, "use_mem_pool", None)
-    if mem_pool is not None and use_pool is not None:
-        pool = mem_pool()
-        with use_pool(pool):
+    with GPU_MEMORY_LOCK:
+        if mem_pool is not None and use_pool is not None:
+            pool = mem_pool()
+            with use_pool(pool):
+                buf = torch.empty(size, dtype=torch.uint8, device="cuda")
+        else:
+            torch.cuda.empty_cache()
             buf = torch.empty(size, dtype=torch.uint8, device="cuda")
-    else:
-        torch.cuda.empty_cache()
-        buf = torch.empty(size, dtype=torch.uint8, device="cuda")
     return buf, pool
 
 

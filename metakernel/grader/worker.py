@@ -102,12 +102,10 @@ class Worker:
     def _arenas(self) -> dict[str, Any]:
         if self.device != "cuda":
             return {}
-        import torch
-
         # Memory the parent no longer uses goes back to the driver before anything new is allocated: its caching
         # allocator kept 36-64 GB of earlier gradings' arenas and copies on an 80 GB H100 and the next child (or
         # these arenas) found none (validation/h100-gold-682b56c.json).
-        torch.cuda.empty_cache()
+        transport.release_cache()
         driver = transport.Driver()
         self.arena_in, pool_in = transport.allocate_arena(self.in_slot * self.slots)
         self.arena_out, pool_out = transport.allocate_arena(self.out_slot * self.slots)
@@ -362,12 +360,11 @@ class Worker:
                 self.kill()
         if hasattr(self, "_log"):
             self._log.close()
-        self.arena_in = self.arena_out = None
-        self._pools = []
-        if self.device == "cuda":
-            import torch
-
-            torch.cuda.empty_cache()  # the arenas' pools, back to the driver for the next child
+        with transport.GPU_MEMORY_LOCK:  # the pools' destructors empty their cache: not beside another's use
+            self.arena_in = self.arena_out = None
+            self._pools = []
+            if self.device == "cuda":
+                transport.release_cache()  # the arenas' pools, back to the driver for the next child
         _remove_tree(self.tmp)
 
     def __enter__(self) -> Worker:
