@@ -417,7 +417,10 @@ def test_a_clock_in_the_generated_device_source_is_refused_whatever_op_wrote_it(
     target = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
     funccall = load(root / "wrong" / "rt_tirx_funccall_globaltimer.py")
     symbol = load(root / "wrong" / "rt_tirx_symbol_macro_globaltimer.py")  # session 26: `#define`s in a symbol
-    for cheat, clock in ((funccall.add_rmsnorm_stamped, "globaltimer"), (symbol._module(4096), "##")):
+    stringify = load(root / "wrong" / "rt_tirx_pragma_import_c_stringify_clock.py")  # session 26: pasted C text
+    digraph = load(root / "wrong" / "rt_tirx_pragma_import_c_digraph_clock.py")
+    for cheat, clock in ((funccall.add_rmsnorm_stamped, "globaltimer"), (symbol._module(4096), "##"),
+                         (stringify._make_kernel(4096), "#define"), (digraph._make_kernel(4096), "%:")):
         refused: list[str] = []
 
         def refuse(what: str) -> None:
@@ -435,6 +438,20 @@ def test_a_clock_in_the_generated_device_source_is_refused_whatever_op_wrote_it(
             tirx_host.CONFINEMENT.active = was
         assert refused and "GPU clock" in refused[0] and clock in refused[0], refused
     assert "C identifiers" in (tirx_host.source_problem(symbol._module(4096)) or "")
+    for pasted in (stringify, digraph):
+        assert "pragma_import_c" in (tirx_host.source_problem(pasted._make_kernel(4096)) or "")
+
+    from tvm.script import tirx as Tx
+
+    @Tx.prim_func
+    def printing(x_ptr: Tx.handle):  # any string operand holding C syntax: no op's tokens need it
+        X = Tx.match_buffer(x_ptr, (32,), "float32")
+        Tx.device_entry()
+        tx = Tx.thread_id([32])
+        Tx.cuda.printf("v=%f;\n", X[tx])
+        X[tx] = X[tx] + 1.0
+
+    assert "C syntax" in (tirx_host.source_problem(printing) or "")
 
     spec = importlib.util.spec_from_file_location("gold28", root / "correct" / "tirx.py")
     assert spec and spec.loader

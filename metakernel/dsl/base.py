@@ -233,8 +233,10 @@ CLOCK_REGISTERS = re.compile(
     r"(?i)globaltimer|%clock|%pm\d|%gridid|sreg[._](?:clock|gridid)|readcyclecounter|readsteadycounter")
 
 #: A GPU clock in generated CUDA C or PTX text: the registers above, CUDA's `clock` / `clock64` (called, through a
-#: pointer or in parentheses) and libcu++'s chrono clocks; token pasting (`##`), which builds names no text shows.
-_SOURCE_CLOCKS = re.compile(CLOCK_REGISTERS.pattern + r"|(?<![\w$])clock(?:64)?(?![\w$])|chrono|##")
+#: pointer or in parentheses) and libcu++'s chrono clocks; token pasting (`##`), a macro that stringifies (`#x`) and
+#: the digraph `%:`, which build names and strings no text shows (session 26's red-teamers; no TVM source has them).
+_SOURCE_CLOCKS = re.compile(CLOCK_REGISTERS.pattern + r"|(?<![\w$])clock(?:64)?(?![\w$])|chrono|##|%:"
+                            r"|^[ \t]*#[ \t]*define\b[^\n]*[^\n#]#[ \t]*[A-Za-z_]", re.M)
 #: What the C lexer sees first: raw strings, string and character literals (kept), comments (dropped).
 _C_TOKENS = re.compile(r'R"([^()\\\s"]{0,16})\((.*?)\)\1"'  # a raw string
                        r'|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|/\*.*?\*/|//[^\n]*', re.S)

@@ -62,6 +62,9 @@ CLOCK_OPS = frozenset({"tirx.cuda.clock64", "tirx.cuda.mov_sreg", "tirx.timer_in
 #: carried newlines and `#define`s, session 26), and the text of its attributes and variable names.
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _NAME = re.compile(r"[A-Za-z0-9_.]*\Z")
+#: What no string operand of an op needs (its tokens are modifiers such as `.shared::cta` or `sum`), and text pasted
+#: into a source needs: line breaks, quotes, escapes, preprocessor lines and C++ digraphs, statement characters.
+_C_SYNTAX = re.compile(r'[\n\r"\\#;{}]|%:|<%|%>|<:|:>')
 
 #: Buffer loads and stores by their IR type keys (`tvm.tirx.BufferLoad` is a function that builds an ir.TensorLoad).
 BUFFER_ACCESS = frozenset({"ir.TensorLoad", "tirx.BufferLoad", "tirx.BufferStore"})
@@ -142,6 +145,14 @@ def source_problem(mod: Any) -> str | None:
             hint = getattr(node, "name_hint", None)
             if isinstance(hint, str) and not _NAME.match(hint):
                 return f"a variable named {hint[:60]!r} in {name} (names must be plain: codegen pastes them)"
+            key = getattr(node, "attr_key", None)
+            if isinstance(key, str) and "import" in key:
+                return (f"an attribute {key} in {name} (it pastes foreign C or LLVM text into the build: write the "
+                        "code in TIRx)")
+            text = getattr(node, "value", None)
+            if isinstance(text, str) and _C_SYNTAX.search(text):
+                return (f"a string {text[:40]!r} in {name} holding C syntax (line breaks, quotes, preprocessor "
+                        "or statement characters): codegen pastes some strings into the CUDA source")
             op = _op_name(node)
             if op in RAW_MEMORY:
                 return f"{op.removeprefix('tirx.')} in {name} (raw memory access or a call into the process)"
