@@ -440,6 +440,8 @@ def test_a_clock_in_the_generated_device_source_is_refused_whatever_op_wrote_it(
     assert "C identifiers" in (tirx_host.source_problem(symbol._module(4096)) or "")
     for pasted in (stringify, digraph):
         assert "pragma_import_c" in (tirx_host.source_problem(pasted._make_kernel(4096)) or "")
+    tagged = load(root / "wrong" / "rt_tirx_thread_tag_clock.py")  # a thread tag holding C text (third round)
+    assert "thread tag" in (tirx_host.source_problem(tagged._make_kernel(4096)) or "")
 
     from tvm.script import tirx as Tx
 

@@ -62,6 +62,9 @@ CLOCK_OPS = frozenset({"tirx.cuda.clock64", "tirx.cuda.mov_sreg", "tirx.timer_in
 #: carried newlines and `#define`s, session 26), and the text of its attributes and variable names.
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _NAME = re.compile(r"[A-Za-z0-9_.]*\Z")
+#: A thread tag (`Tx.launch_thread(tag, n)`): codegen writes it wherever the thread variable is read (session 26's
+#: third red-teamer pasted a `#define` and a clock read through one).
+_THREAD_TAG = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[xyz])?\Z")
 #: What no string operand of an op needs (its tokens are modifiers such as `.shared::cta` or `sum`), and text pasted
 #: into a source needs: line breaks, quotes, escapes, preprocessor lines and C++ digraphs, statement characters.
 _C_SYNTAX = re.compile(r'[\n\r"\\#;{}]|%:|<%|%>|<:|:>')
@@ -81,13 +84,21 @@ class _Confinement:
 CONFINEMENT = _Confinement()
 
 
-def ir_nodes(node: Any) -> Iterator[Any]:
-    """Every IR object under `node` (statements, expressions, buffers), by the fields ffi reflection lists."""
+def ir_nodes(node: Any, texts: list[str] | None = None) -> Iterator[Any]:
+    """Every IR object under `node` (statements, expressions, buffers), by the fields ffi reflection lists.
+
+    With `texts`, every string met on the way (fields, map keys and values, list items) is appended to it: codegen
+    pastes some of them (a thread tag, a symbol) into the generated source as they are.
+    """
     import tvm_ffi
 
     stack = [node]
     while stack:
         obj = stack.pop()
+        if isinstance(obj, str):
+            if texts is not None:
+                texts.append(obj)
+            continue
         if isinstance(obj, (list, tuple, tvm_ffi.Array)):
             stack.extend(obj)
             continue
@@ -141,7 +152,11 @@ def source_problem(mod: Any) -> str | None:
         for key, value in (func.attrs.items() if func.attrs else ()):
             if isinstance(value, str) and not _NAME.match(value):
                 return f"function attribute {key} = {value[:60]!r} in {name} (attribute text must be a plain name)"
-        for node in ir_nodes(func):
+        texts: list[str] = []
+        for node in ir_nodes(func, texts):
+            tag = getattr(node, "thread_tag", None)
+            if isinstance(tag, str) and tag and not _THREAD_TAG.match(tag):
+                return f"a thread tag {tag[:40]!r} in {name} (codegen pastes it: blockIdx.x, threadIdx.y, ...)"
             hint = getattr(node, "name_hint", None)
             if isinstance(hint, str) and not _NAME.match(hint):
                 return f"a variable named {hint[:60]!r} in {name} (names must be plain: codegen pastes them)"
@@ -149,10 +164,6 @@ def source_problem(mod: Any) -> str | None:
             if isinstance(key, str) and "import" in key:
                 return (f"an attribute {key} in {name} (it pastes foreign C or LLVM text into the build: write the "
                         "code in TIRx)")
-            text = getattr(node, "value", None)
-            if isinstance(text, str) and _C_SYNTAX.search(text):
-                return (f"a string {text[:40]!r} in {name} holding C syntax (line breaks, quotes, preprocessor "
-                        "or statement characters): codegen pastes some strings into the CUDA source")
             op = _op_name(node)
             if op in RAW_MEMORY:
                 return f"{op.removeprefix('tirx.')} in {name} (raw memory access or a call into the process)"
@@ -163,6 +174,10 @@ def source_problem(mod: Any) -> str | None:
                                    and CLOCK_REGISTERS.search(node.value)):
                 return (f"{op.removeprefix('tirx.') if op else 'a clock register'} in {name} (a GPU clock: kernels "
                         "may not time themselves or tell calls apart)")
+        for text in texts:
+            if _C_SYNTAX.search(text):
+                return (f"a string {text[:40]!r} in {name} holding C syntax (line breaks, quotes, preprocessor "
+                        "or statement characters): codegen pastes some strings into the CUDA source")
     return None
 
 
