@@ -176,7 +176,7 @@ TIRX_PTX = textwrap.dedent('''
     import tvm
     from tvm.script import tirx as Tx
     from tvm.support import nvcc
-    from metakernel.dsl.tirx import _cuda_sources
+    from metakernel.dsl.tirx_host import cuda_sources
 
     @Tx.prim_func
     def k(x_ptr: Tx.handle, y_ptr: Tx.handle):
@@ -191,7 +191,7 @@ TIRX_PTX = textwrap.dedent('''
         Y[i] = Tx.exp(X[i]) + Tx.tanh(X[i]) + X[i] / (X[i] + 1.0) + r[0]
 
     target = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
-    src = _cuda_sources(tvm.compile(k, target=target, tir_pipeline="tirx").mod)[0]
+    src = cuda_sources(tvm.compile(k, target=target, tir_pipeline="tirx").mod)[0]
     with target:
         ptx = nvcc.compile_cuda(src, target_format="ptx", compiler="nvcc")
     ptx = ptx.decode() if isinstance(ptx, (bytes, bytearray)) else ptx

@@ -189,9 +189,9 @@ def _():
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(256, 128, generator=g).bfloat16(), torch.randn(384, 128, generator=g).bfloat16()
     res = dry_run(os.path.join(work, "guide_gemm.py"), [a, b], "guide_gemm")
-    from metakernel.dsl.tirx import _cuda_sources
+    from metakernel.dsl.tirx_host import cuda_sources
     mod = sys.modules.get("guide_gemm")
-    src = "".join(s for exe in mod._EXES.values() for s in _cuda_sources(exe.mod)) if mod else ""
+    src = "".join(s for exe in mod._EXES.values() for s in cuda_sources(exe.mod)) if mod else ""
     res["cuda"] = {s: s in src for s in ("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
                                          "ldmatrix.sync.aligned.m8n8.x4.shared.b16", "cp.async.cg.shared.global",
                                          "cp.async.wait_group 1", "extern __shared__")}

@@ -401,11 +401,10 @@ def test_a_clock_in_the_generated_device_source_is_refused_whatever_op_wrote_it(
 
     import tvm
 
+    from metakernel.dsl import tirx_host
     from metakernel.dsl.base import source_clock
-    from metakernel.dsl.tirx_host import built_problem, checked_build
 
     root = Path(__file__).resolve().parents[1] / "solutions" / "mlp_norm" / "28_fused_add_rmsnorm_h4096"
-    from metakernel.dsl import tirx_host
 
     def load(path: Path) -> Any:
         spec = importlib.util.spec_from_file_location(path.stem, path)
@@ -430,8 +429,8 @@ def test_a_clock_in_the_generated_device_source_is_refused_whatever_op_wrote_it(
         tirx_host.CONFINEMENT.active, was = True, tirx_host.CONFINEMENT.active
         try:
             try:
-                checked_build(tvm.compile, cheat, target=target, tir_pipeline="tirx", _problem=lambda mod: None,
-                              _refuse=refuse)
+                tirx_host.checked_build(tvm.compile, cheat, target=target, tir_pipeline="tirx",
+                                        _problem=lambda mod: None, _refuse=refuse)
             except PermissionError:
                 pass
         finally:
@@ -455,12 +454,9 @@ def test_a_clock_in_the_generated_device_source_is_refused_whatever_op_wrote_it(
 
     assert "C syntax" in (tirx_host.source_problem(printing) or "")
 
-    spec = importlib.util.spec_from_file_location("gold28", root / "correct" / "tirx.py")
-    assert spec and spec.loader
-    gold = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gold)
+    gold = load(root / "correct" / "tirx.py")
     honest = tvm.compile(gold._make_kernel(4096), target=target, tir_pipeline="tirx")
-    assert built_problem(honest) is None
+    assert tirx_host.built_problem(honest) is None
 
     for text in ('asm volatile("mov.u64 %0, %%global" "timer;" : "=l"(t));', "t = clock64 ();", "t = clock();",
                  'asm("mov.u32 %0, %%glob" /* x */ "altimer;");', 'asm("mov.u32 %0, %%glob\\x61ltimer;");',

@@ -44,7 +44,6 @@ from typing import Any
 from metakernel.dsl import tirx_host
 from metakernel.dsl.base import LaunchGate
 from metakernel.dsl.resources import Launch, ResourceLog
-from metakernel.dsl.tirx_host import cuda_sources as _cuda_sources
 from metakernel.paths import guides_dir
 
 # docs/ is not package data: the guide is read from the checkout (or METAKERNEL_GUIDES_DIR).
@@ -91,7 +90,7 @@ def kernel_names_of(mod: Any) -> frozenset[str]:
     if cache is not None and _NAMES_ATTR in cache:
         return cache[_NAMES_ATTR]  # type: ignore[no-any-return]
     found: set[str] = set()
-    for src in _cuda_sources(mod):
+    for src in tirx_host.cuda_sources(mod):
         found.update(_KERNEL_RE.findall(src))
         found.update(_PTX_ENTRY_RE.findall(src))
     names = frozenset(found)
@@ -112,7 +111,7 @@ def _device_compile_check(mod: Any, name: str = "", args: tuple[Any, ...] = ()) 
     if mode not in ("nvrtc", "nvcc"):
         return
     arch = os.environ.get("METAKERNEL_TIRX_ARCH", DEFAULT_ARCH)
-    for src in _cuda_sources(mod):
+    for src in tirx_host.cuda_sources(mod):
         if "__global__" not in src:
             continue  # PTX or nothing to compile
         key = hashlib.sha256((mode + arch + src).encode()).hexdigest()
@@ -315,7 +314,7 @@ def _planning_build(mod: Any, *args: Any, **kwargs: Any) -> Any:
     if lowered is not None:
         try:
             plan = _plan(mod, lowered)
-            for src in _cuda_sources(built):
+            for src in tirx_host.cuda_sources(built):
                 _STATE.launch_plans[hashlib.sha256(src.encode()).hexdigest()] = plan
         except Exception:  # noqa: BLE001 - an unexpected IR only loses the launch columns, never the build
             pass
