@@ -10,7 +10,7 @@ import torch
 from metakernel.compare import Expected
 from metakernel.dsl.base import LaunchGate
 from metakernel.grader.child import _type_expression
-from metakernel.grader.kernels import classify
+from metakernel.grader.kernels import classify, is_symbol
 from metakernel.grader.tokens import token_output, token_pair
 
 
@@ -97,6 +97,41 @@ def test_kernels_are_attributed_by_exact_symbol():
     assert classify("Memcpy DtoD (Device -> Device)", symbols) == "library"
     for foreign in ("triton_poi_fused_add_0", "elementwise_kernel", "at_gemm", "gemm_kernel"):
         assert classify(foreign, symbols) == "foreign"
+    # a DSL symbol set holding a demangled C++ name was written by the candidate (session 27: CuTe's kernel_info):
+    # the grading refuses it as foreign_kernel before classifying
+    assert not is_symbol("void at::native::vectorized_elementwise_kernel<4>(int)") and is_symbol("kernel_cutlass_add_0")
+
+
+def test_cute_kernel_names_are_only_kernels_a_checked_build_defined():
+    """Torch's kernel names written into a compiled object's `kernel_info` (a dict the candidate holds) are not
+    taken as the DSL's: the red-team file's launches report only the CuTe kernel it compiled."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    script = f"""
+import importlib.util, os, torch
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+from metakernel.dsl.base import LaunchGate
+from metakernel.dsl.cute import ADAPTER
+gate = LaunchGate(mode="intercept")
+ADAPTER.install_hooks(gate)
+ADAPTER.confine()
+spec = importlib.util.spec_from_file_location("cand", {str(root / RT_KERNEL_INFO)!r})
+m = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(m)
+x = torch.randn(8, 4096, dtype=torch.bfloat16)
+m.solve(x, torch.randn_like(x), torch.randn(4096, dtype=torch.bfloat16))
+print(sorted(gate.kernel_names))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=root)
+    assert out.returncode == 0, out.stderr[-2000:]
+    names = eval(out.stdout.strip().splitlines()[-1])  # noqa: S307 - our own child's printed list
+    assert len(names) == 1 and names[0].startswith("kernel_cutlass_") and all(is_symbol(n) for n in names)
+
+
+RT_KERNEL_INFO = "solutions/mlp_norm/28_fused_add_rmsnorm_h4096/wrong/rt_cute_kernel_info_torch_names.py"
 
 
 def test_randomize_ablation_restores_what_the_launch_did_not_write():

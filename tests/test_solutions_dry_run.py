@@ -131,6 +131,42 @@ def test_cute_host_and_device_rules_on_an_operation_tree():
         assert host_problem(tree) is None  # the clock is device code: the host rule never looks inside
 
 
+def test_cute_device_rules_read_the_attributes_of_real_mlir_ops():
+    """Parsed with CuTe's own MLIR bindings, whose attribute map iterates over names (session 27: the rules read
+    no attribute of a real op, so inline PTX reading %globaltimer passed). Refused: a clock in an asm string or a
+    callee, LLVM's asm variants and operand-built register names, code linked from a file. Kernel symbols are
+    taken only as C identifiers of functions the module defines."""
+    from cutlass._mlir import ir
+
+    from metakernel.dsl.cute_host import device_problem, kernel_symbols
+
+    def kernels(body: str, attributes: str = "", extra: str = "") -> str:
+        return (f"gpu.module @kernels {attributes} {{\n  llvm.func @kernel_cutlass_x_0() {{\n{body}\n    llvm.return\n"
+                f"  }}\n{extra}}}")
+
+    def asm(template: str) -> str:
+        return f'    %0 = llvm.inline_asm has_side_effects "{template}", "=l" : () -> i64'
+
+    with ir.Context() as ctx:
+        ctx.allow_unregistered_dialects = True
+        torch_named = '  llvm.func @"void at::native::k<int>(int)"() {\n    llvm.return\n  }\n'
+        honest = ir.Module.parse(kernels(asm("mov.u32 $0, %laneid;"), extra=torch_named))
+        assert device_problem(honest) is None
+        assert kernel_symbols(honest) == {"kernel_cutlass_x_0"}  # the demangled C++ name is no DSL symbol
+        refused = {
+            asm("mov.u64 $0, %globaltimer;"): "GPU clock",
+            asm("mov.u64 $0, %glo$(bal$)timer;"): "variants or operands",
+            asm("mov.u64 $0, %clo$(ck64$|x$);"): "variants or operands",
+            asm("mov.u64 $0, %$1;"): "variants or operands",
+            '    %0 = llvm.call_intrinsic "llvm.nvvm.read.ptx.sreg.globaltimer"() : () -> i64': "GPU clock",
+        }
+        for body, reason in refused.items():
+            problem = device_problem(ir.Module.parse(kernels(body)))
+            assert problem is not None and reason in problem, (body, problem)
+        linked = ir.Module.parse(kernels("", 'attributes {"link-libraries" = ["/tmp/x.bc"]}'))
+        assert "linked from a file" in device_problem(linked)
+
+
 def test_tirx_clock_ops_are_refused_in_a_gpu_source():
     """TIRx's profiling intrinsics and clock reads (and inline PTX naming a clock register) in a source built for a
     GPU grading: refused whatever the name that reached them."""

@@ -47,6 +47,7 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
+from metakernel.dsl import cute_host
 from metakernel.dsl.base import LaunchGate
 from metakernel.dsl.resources import Launch, ResourceLog
 from metakernel.paths import guides_dir
@@ -99,6 +100,8 @@ def _kernel_names(obj: Any) -> tuple[str, ...]:
     except Exception:  # noqa: BLE001 - a compiled object without metadata: nothing to attribute
         return ()
     names = tuple(info) if info else ()
+    if cute_host.CONFINEMENT.active:  # only kernels a checked build defined: `kernel_info` is the candidate's dict
+        names = tuple(n for n in names if n in cute_host.BUILT_KERNELS)
     try:  # cache on the compiled object: the hot path is then one attribute lookup
         obj._metakernel_kernel_names = names
     except Exception:  # noqa: BLE001 - objects without a __dict__ recompute it each call
@@ -675,8 +678,6 @@ class CuteAdapter:
 
     def confine(self) -> None:
         """Host functions may build layouts and launch, not touch memory (metakernel.dsl.cute_host says why)."""
-        from metakernel.dsl import cute_host
-
         cute_host.confine()
 
     def clean_error(self, text: str) -> str:

@@ -14,6 +14,7 @@ the kernel's and reaches GPU memory only.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from metakernel.dsl.base import CLOCK_REGISTERS, refuse_native_code
@@ -77,18 +78,44 @@ def _texts(operation: Any) -> list[str]:
     """An op's name and every attribute's text.
 
     A clock register hides in an inline asm's string, or in the intrinsic name of `llvm.call_intrinsic` (session
-    22's red-teamer).
+    22's red-teamer). The bindings' attribute map iterates over names, not `NamedAttribute`s: read by position
+    (session 27's red-teamer found the earlier loop raised on the first attribute and read none). An attribute
+    that cannot be read raises: the caller refuses the build rather than pass what it did not see.
     """
     texts = [str(operation.name)]
     attributes = operation.attributes
-    try:
-        if isinstance(attributes, dict):
-            texts += [str(v) for v in attributes.values()]
-        else:
-            texts += [str(named.attr) for named in attributes]
-    except Exception:  # noqa: BLE001 - an attribute that cannot print: its op's name still counts
-        pass
+    if isinstance(attributes, dict):  # the tests' stand-in operations
+        return texts + [f"{k} = {v}" for k, v in attributes.items()]
+    for index in range(len(attributes)):
+        named = attributes[index]
+        texts.append(f"{named.name} = {named.attr}")
     return texts
+
+
+#: LLVM's inline-asm template syntax that builds text no string shows: `$(a$|b$)` prints one variant of several
+#: (`%glo$(bal$)timer` is `%globaltimer` in the PTX), and `%$0` names a register after an operand. No op of the
+#: CuTe library writes either.
+_ASM_BUILDS_TEXT = re.compile(r"\$[()|]|%\s*\$")
+#: The attribute that links device code from a file into the kernel (`cute.ffi`'s bitcode): code no check reads.
+_LINKED = re.compile(r"link[-_]?libraries", re.I)
+LINKED_PROBLEM = "device code linked from a file (link-libraries): every kernel instruction must come from this file"
+
+
+def _op_problem(operation: Any) -> str | None:
+    try:
+        texts = _texts(operation)
+    except Exception as exc:  # noqa: BLE001 - unread is refused, not passed
+        return f"device op {operation.name} whose attributes cannot be read ({type(exc).__name__})"
+    for text in texts:
+        if found := CLOCK_REGISTERS.search(text.replace("$$", "$")):
+            return (f"device code reading a GPU clock ({found.group(0)} in {operation.name}): kernels may not time "
+                    "themselves or tell calls apart")
+        if operation.name == "llvm.inline_asm" and _ASM_BUILDS_TEXT.search(text):
+            return ("inline asm whose template builds a name from variants or operands ($(...$|...$), %$N): write "
+                    "the PTX out in full")
+        if _LINKED.search(text):
+            return LINKED_PROBLEM
+    return None
 
 
 def _device_ops(op: Any, inside: bool = False) -> Any:
@@ -104,11 +131,50 @@ def _device_ops(op: Any, inside: bool = False) -> Any:
 
 
 def device_problem(module: Any) -> str | None:
-    """Why a module's device code may not be built for a GPU grading (it reads a GPU clock), or None."""
+    """Why a module's device code may not be built for a GPU grading, or None.
+
+    It may not read a GPU clock, build asm text no string shows, or link code from a file.
+    """
     for operation in _device_ops(module.operation):
-        if any(CLOCK_REGISTERS.search(text) for text in _texts(operation)):
-            return (f"device code reading a GPU clock ({operation.name}): kernels may not time themselves or tell "
-                    "calls apart")
+        problem = _op_problem(operation)
+        if problem:
+            return problem
+    return None
+
+
+def kernel_symbols(module: Any) -> set[str]:
+    """The `__global__` symbols a module's device code defines: the kernels of `gpu.module` regions.
+
+    A compiled object's `kernel_info` lists the same names, but it is a dict the candidate holds and can write:
+    torch's demangled kernel names added there counted torch's work as the DSL's (session 27's red-teamer). Only
+    names of kernels the DSL itself built are taken (`cute._kernel_names`).
+    """
+    found = set()
+    for operation in _device_ops(module.operation):
+        if operation.name not in ("cuda.kernel", "gpu.func", "llvm.func"):
+            continue
+        try:
+            name = str(operation.attributes["sym_name"]).strip('"')
+        except Exception:  # noqa: BLE001 - an op without a symbol defines no kernel
+            continue
+        if _SYMBOL.match(name):
+            found.add(name)
+    return found
+
+
+_SYMBOL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: Every kernel symbol a checked build defined in this process.
+BUILT_KERNELS: set[str] = set()
+
+
+def _link_option(dsl: Any) -> str | None:
+    """The compile options' `link-libraries` value, when the candidate set one (`options="--link-libraries=..."`)."""
+    options = getattr(getattr(dsl, "compile_options", None), "options", None) or {}
+    for key, option in dict(options).items():
+        if "link-libraries" in (str(getattr(key, "_option_name", "")), str(getattr(option, "_option_name", ""))):
+            value = getattr(option, "value", None)
+            if value:
+                return str(value)
     return None
 
 
@@ -122,9 +188,13 @@ def confine() -> None:
 
     def build_module(self: Any, module: Any, function_name: str) -> Any:
         problem = host_problem(module) or device_problem(module)
+        if not problem and _link_option(self):
+            problem = LINKED_PROBLEM
         if problem:
             refuse_native_code(problem)
+        built.update(kernel_symbols(module))
         return original(self, module, function_name)
 
+    built = BUILT_KERNELS
     BaseDSL.build_module = build_module  # type: ignore[method-assign]
     CONFINEMENT.active = True

@@ -727,12 +727,13 @@ class Evaluation:
         names = set(reply.get("kernel_names", []))
         kernels = reply.get("kernels", [])
         total = sum(us for _, us in kernels)
-        borrowed = sorted(n for n in names if kernel_names.vendor_named(n))
+        borrowed = sorted(n for n in names if kernel_names.vendor_named(n) or not kernel_names.is_symbol(n))
         if borrowed:
             self.report.phases_s["profile"] = time.perf_counter() - started
             self.end("rule_violation", "foreign_kernel",
                      f"{self.dsl} kernel {borrowed[0][:120]!r} carries a name of torch's or a vendor library's "
-                     "kernels, which would count that library's work as the DSL's: name DSL kernels otherwise")
+                     "kernels (or is no C identifier), which would count that library's work as the DSL's: name "
+                     "DSL kernels otherwise")
         classes = {name: kernel_names.classify(name, names) for name, _ in kernels}
         foreign = [n for n, kind in classes.items() if kind == "foreign"]
         if foreign:

@@ -27,6 +27,15 @@ def classify(name: str, dsl_symbols: set[str]) -> str:
     return "foreign"
 
 
+def is_symbol(name: str) -> bool:
+    """Whether a name can be a DSL kernel's symbol.
+
+    Both DSLs' kernels are plain C identifiers (C linkage), so a demangled C++ name among the DSL's symbols was put
+    there to count a library's kernel as DSL work.
+    """
+    return bool(_C_IDENTIFIER.match(name))
+
+
 def vendor_named(name: str) -> bool:
     """Whether a plain C name carries a vendor library's prefix: one the DSL's own kernels may not carry.
 
