@@ -727,7 +727,9 @@ class Evaluation:
         names = set(reply.get("kernel_names", []))
         kernels = reply.get("kernels", [])
         total = sum(us for _, us in kernels)
-        borrowed = sorted(n for n in names if kernel_names.vendor_named(n) or not kernel_names.is_symbol(n))
+        # (a CPU grading, in tests only, names TIRx's llvm units `function@address`: no symbol rule there)
+        borrowed = sorted(n for n in names if kernel_names.vendor_named(n)
+                          or (self.device == "cuda" and not kernel_names.is_symbol(n)))
         if borrowed:
             self.report.phases_s["profile"] = time.perf_counter() - started
             self.end("rule_violation", "foreign_kernel",
