@@ -16,10 +16,12 @@ from typing import Any
 class Lanes:
     """Which file a free lane grades next.
 
-    Never two files of one problem at once: a problem's first grading measures its eager baseline, and the twin
-    would measure it again beside it (and its child's arenas, as large as its twin's, ran an 80 GB H100 out of
-    memory at problem 25 when two were held). The arenas of the children graded at once stay under `budget`, except
-    that a file whose arenas alone pass it is graded while nothing else is. No file starts after `deadline`.
+    A problem's first file is graded alone: its grading measures the eager baseline, and a twin beside it would
+    measure it again. Once one of its files is done, the rest may go side by side: problem 28 holds 70 of the
+    corpus's wrong files, which one at a time took a lane for minutes while the others idled. The arenas of the
+    children graded at once stay under `budget` (two children of problem 25, its arenas not counted then, ran an
+    80 GB H100 out of memory), except that a file whose arenas alone pass it is graded while nothing else is. No
+    file starts after `deadline`.
     """
 
     def __init__(self, pending: list[Any], arena_bytes: Callable[[Any], int], budget: int,
@@ -29,7 +31,8 @@ class Lanes:
         self._budget = budget
         self._deadline = deadline
         self._cond = threading.Condition()
-        self._problems: set[int] = set()  # problems graded now
+        self._problems: dict[int, int] = {}  # problem -> its files graded now
+        self._finished: set[int] = set()  # problems with a file graded to the end (gold first: the baseline is cached)
         self._held: dict[str, int] = {}  # solution key -> its arena bytes, for the files graded now
         self._stopped = False
 
@@ -55,7 +58,7 @@ class Lanes:
                 chosen = self._eligible()
                 if chosen is not None:
                     self._queue.remove(chosen)
-                    self._problems.add(chosen.number)
+                    self._problems[chosen.number] = self._problems.get(chosen.number, 0) + 1
                     self._held[chosen.key] = self._arena_bytes(chosen)
                     return chosen
                 self._cond.wait(timeout=1.0)  # the deadline is checked again even if no lane finishes
@@ -63,14 +66,19 @@ class Lanes:
     def done(self, sol: Any) -> None:
         """`sol`'s grading is over: its problem and arenas are free for the next file."""
         with self._cond:
-            self._problems.discard(sol.number)
+            left = self._problems.get(sol.number, 1) - 1
+            if left > 0:
+                self._problems[sol.number] = left
+            else:
+                self._problems.pop(sol.number, None)
+            self._finished.add(sol.number)
             self._held.pop(sol.key, None)
             self._cond.notify_all()
 
     def _eligible(self) -> Any:
         held = sum(self._held.values())
         for sol in self._queue:
-            if sol.number in self._problems:
+            if sol.number in self._problems and sol.number not in self._finished:
                 continue
             size = self._arena_bytes(sol)
             if not self._held or held + size <= self._budget:
