@@ -141,8 +141,8 @@ def test_cute_device_rules_read_the_attributes_of_real_mlir_ops():
     from metakernel.dsl.cute_host import device_problem, kernel_symbols
 
     def kernels(body: str, attributes: str = "", extra: str = "") -> str:
-        return (f"gpu.module @kernels {attributes} {{\n  llvm.func @kernel_cutlass_x_0() {{\n{body}\n    llvm.return\n"
-                f"  }}\n{extra}}}")
+        return (f"gpu.module @kernels {attributes} {{\n  cuda.kernel @kernel_cutlass_x_0() {{\n{body}\n"
+                f"    cuda.return\n  }}\n{extra}}}")
 
     def asm(template: str) -> str:
         return f'    %0 = llvm.inline_asm has_side_effects "{template}", "=l" : () -> i64'
@@ -158,11 +158,17 @@ def test_cute_device_rules_read_the_attributes_of_real_mlir_ops():
             asm("mov.u64 $0, %glo$(bal$)timer;"): "variants or operands",
             asm("mov.u64 $0, %clo$(ck64$|x$);"): "variants or operands",
             asm("mov.u64 $0, %$1;"): "variants or operands",
+            asm("mov.u64 $0, %glo$1;"): "variants or operands",  # `@baltimer` as a symbol operand finished it
+            asm("mov.u64 $0, %glo${1};"): "variants or operands",
             '    %0 = llvm.call_intrinsic "llvm.nvvm.read.ptx.sreg.globaltimer"() : () -> i64': "GPU clock",
         }
         for body, reason in refused.items():
             problem = device_problem(ir.Module.parse(kernels(body)))
             assert problem is not None and reason in problem, (body, problem)
+        symbol = '    %0 = llvm.inline_asm has_side_effects "mov.u64 $0, $1;", "=l,s" : () -> i64'
+        assert "constraint 's'" in device_problem(ir.Module.parse(kernels(symbol)))
+        declared = '  llvm.func @ampere_sgemm_128x64_tn()\n'  # declared, never defined: no kernel of this build
+        assert kernel_symbols(ir.Module.parse(kernels("", extra=declared))) == {"kernel_cutlass_x_0"}
         linked = ir.Module.parse(kernels("", 'attributes {"link-libraries" = ["/tmp/x.bc"]}'))
         assert "linked from a file" in device_problem(linked)
 

@@ -48,7 +48,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from metakernel.dsl import cute_host
-from metakernel.dsl.base import LaunchGate
+from metakernel.dsl.base import LaunchGate, refuse_native_code
 from metakernel.dsl.resources import Launch, ResourceLog
 from metakernel.paths import guides_dir
 
@@ -101,7 +101,10 @@ def _kernel_names(obj: Any) -> tuple[str, ...]:
         return ()
     names = tuple(info) if info else ()
     if cute_host.CONFINEMENT.active:  # only kernels a checked build defined: `kernel_info` is the candidate's dict
-        names = tuple(n for n in names if n in cute_host.BUILT_KERNELS)
+        forged = [n for n in names if n not in cute_host.BUILT_KERNELS]
+        if forged:
+            refuse_native_code(f"a compiled object naming kernel {forged[0][:100]!r}, which no build of this file "
+                               "defined (kernel_info is the DSL's record, not the kernel's to write)")
     try:  # cache on the compiled object: the hot path is then one attribute lookup
         obj._metakernel_kernel_names = names
     except Exception:  # noqa: BLE001 - objects without a __dict__ recompute it each call

@@ -93,9 +93,14 @@ def _texts(operation: Any) -> list[str]:
 
 
 #: LLVM's inline-asm template syntax that builds text no string shows: `$(a$|b$)` prints one variant of several
-#: (`%glo$(bal$)timer` is `%globaltimer` in the PTX), and `%$0` names a register after an operand. No op of the
-#: CuTe library writes either.
-_ASM_BUILDS_TEXT = re.compile(r"\$[()|]|%\s*\$")
+#: (`%glo$(bal$)timer` is `%globaltimer` in the PTX), and an operand right after a name's characters finishes the
+#: name (`%glo$1` with a global `baltimer` passed as a symbol operand, session 27's second red-teamer). No op of
+#: the CuTe library writes either.
+_ASM_BUILDS_TEXT = re.compile(r"\$[()|]|[\w%]\$\{?\d")
+#: Operand constraints device inline asm may use: registers of each width, immediates, tied operands and clobbers
+#: (what the CuTe library uses). `s` prints a global's bare name into the template (as `i` does, which the
+#: library uses for integer masks: the template rule above keeps such a name from finishing a register's).
+_ASM_CONSTRAINT = re.compile(r"^[=+&*]*(?:[rlhfdnqbci]|\d+|~\{[\w.]*\})$")
 #: The attribute that links device code from a file into the kernel (`cute.ffi`'s bitcode): code no check reads.
 _LINKED = re.compile(r"link[-_]?libraries", re.I)
 LINKED_PROBLEM = "device code linked from a file (link-libraries): every kernel instruction must come from this file"
@@ -110,9 +115,15 @@ def _op_problem(operation: Any) -> str | None:
         if found := CLOCK_REGISTERS.search(text.replace("$$", "$")):
             return (f"device code reading a GPU clock ({found.group(0)} in {operation.name}): kernels may not time "
                     "themselves or tell calls apart")
-        if operation.name == "llvm.inline_asm" and _ASM_BUILDS_TEXT.search(text):
-            return ("inline asm whose template builds a name from variants or operands ($(...$|...$), %$N): write "
-                    "the PTX out in full")
+        if "inline" in operation.name and _ASM_BUILDS_TEXT.search(text.replace("$$", "")):
+            return ("inline asm whose template builds a name from variants or operands ($(...$|...$), a name "
+                    "finished by $N): write the PTX out in full")
+        if operation.name == "llvm.inline_asm" and text.startswith("constraints = "):
+            codes = text[len("constraints = "):].strip('"')
+            bad = [c for c in codes.split(",") if c and not _ASM_CONSTRAINT.match(c.strip())]
+            if bad:
+                return (f"inline asm operand constraint {bad[0]!r}: device inline asm takes registers (r, l, h, f, "
+                        "d), immediates (n, i) and clobbers only")
         if _LINKED.search(text):
             return LINKED_PROBLEM
     return None
@@ -143,15 +154,16 @@ def device_problem(module: Any) -> str | None:
 
 
 def kernel_symbols(module: Any) -> set[str]:
-    """The `__global__` symbols a module's device code defines: the kernels of `gpu.module` regions.
+    """The `__global__` symbols a module's device code defines: the `cuda.kernel`s (with a body) it holds.
 
     A compiled object's `kernel_info` lists the same names, but it is a dict the candidate holds and can write:
     torch's demangled kernel names added there counted torch's work as the DSL's (session 27's red-teamer). Only
-    names of kernels the DSL itself built are taken (`cute._kernel_names`).
+    names of kernels the DSL itself built are taken (`cute._kernel_names`). Not other functions: a body-less
+    `llvm.func` declared with a library kernel's name (session 27's second red-teamer) defines no kernel.
     """
     found = set()
     for operation in _device_ops(module.operation):
-        if operation.name not in ("cuda.kernel", "gpu.func", "llvm.func"):
+        if operation.name != "cuda.kernel" or not operation.regions or not len(operation.regions[0].blocks):
             continue
         try:
             name = str(operation.attributes["sym_name"]).strip('"')

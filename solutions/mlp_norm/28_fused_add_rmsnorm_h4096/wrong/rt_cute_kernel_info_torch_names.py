@@ -10,7 +10,7 @@ rules allow ("a container of your own"); done before the first gated call, the a
 Use: torch does the add, the reduction and the normalisation eagerly (fp32 `n`, not an output); one tiny CuTe
 kernel multiplies by the weight and rounds. Listing torch's elementwise/reduce kernels' demangled names (taken
 from a local profiler run of the same torch build) makes them "dsl": DSL share ~100 % instead of ~15 %.
-Expected: rule_violation/dsl_share
+Expected: rule_violation/sandbox
 """
 import cutlass
 import cutlass.cute as cute
