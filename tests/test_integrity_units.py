@@ -137,6 +137,47 @@ print(sorted(gate.kernel_names))
     assert all(is_symbol(n) for n in eval(lines[-1])), lines  # noqa: S307 - our own child's printed list
 
 
+def test_cute_ptx_is_read_after_every_compile_whatever_the_mlir_checks_saw():
+    """The PTX each CuTe compile writes is read for GPU clocks: with the MLIR device check switched off, the
+    asm-variant and symbol-operand red-team files (whose MLIR never spells the register) are refused by it, and
+    problem 28's gold kernel compiles and launches."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    problem = root / "solutions/mlp_norm/28_fused_add_rmsnorm_h4096"
+    paths = [str(problem / "wrong/rt_cute_asm_variant_globaltimer.py"),
+             str(problem / "wrong/rt_cute_asm_symbol_operand_globaltimer.py"), str(problem / "correct/cute.py")]
+    script = f"""
+import importlib.util, os, torch
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+from metakernel.dsl import cute_host
+from metakernel.dsl.base import LaunchGate
+from metakernel.dsl.cute import ADAPTER
+cute_host.device_problem = lambda module: None  # the MLIR check off: only the PTX can tell
+gate = LaunchGate(mode="intercept")
+ADAPTER.install_hooks(gate)
+ADAPTER.confine()
+for path in {paths!r}:
+    spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    x = torch.randn(8, 4096, dtype=torch.bfloat16)
+    gate.reset()
+    try:
+        m.solve(x, torch.randn_like(x), torch.randn(4096, dtype=torch.bfloat16))
+        print("launched", gate.launches)
+    except PermissionError as exc:
+        print("refused", exc)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, cwd=root)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.strip().splitlines()[-3:]
+    assert all(line.startswith("refused") and "in the compiled PTX" in line for line in lines[:2]), lines
+    assert lines[2] == "launched 1", lines
+
+
 RT_KERNEL_INFO = "solutions/mlp_norm/28_fused_add_rmsnorm_h4096/wrong/rt_cute_kernel_info_torch_names.py"
 
 

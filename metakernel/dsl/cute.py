@@ -638,9 +638,10 @@ class CuteAdapter:
         Nothing else is needed on either machine: the wheel carries its own compiler and CUDA runtime pieces, the
         TVM-FFI route needs only the installed `apache-tvm-ffi`, and the CPU dry-run shims are switched on by the
         absence of CUDA, not by the environment. A dry run also keeps each compiled kernel's cubin
-        (`CUTE_DSL_KEEP=cubin`, into a temp folder of the child's) for the check's resource table.
+        (`CUTE_DSL_KEEP=cubin`, into a temp folder of the child's) for the check's resource table. CuTe's file
+        cache is off: a module loaded from it would skip the checks of its build and of its PTX (`cute_host`).
         """
-        env = {"CUTE_DSL_ARCH": ARCH}
+        env = {"CUTE_DSL_ARCH": ARCH, "CUTE_DSL_DISABLE_FILE_CACHING": "1"}  # compiled only from checked modules
         if dry_run:
             env["CUTE_DSL_KEEP"] = "cubin"  # the check's resource table reads each kernel's cubin
         return env

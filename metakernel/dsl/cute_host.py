@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from metakernel.dsl.base import CLOCK_REGISTERS, refuse_native_code
+from metakernel.dsl.base import CLOCK_REGISTERS, refuse_native_code, source_clock
 
 #: Ops of other dialects a host function may hold (an allowlist: the gold kernels' host functions use these, and a
 #: red-team file called libc's memcpy through a body-less `func.func` declaration and `func.call`).
@@ -190,13 +190,35 @@ def _link_option(dsl: Any) -> str | None:
     return None
 
 
+def ptx_problem(text: str) -> str | None:
+    """Why a compiled kernel's PTX may not run in a GPU grading (it reads a GPU clock), or None.
+
+    The MLIR checks above read each op and string alone; the PTX is where every spelling ends (LLVM's asm printer
+    expands variants and operands, names are finished, intrinsics lowered), so the clock class does not depend on
+    knowing every route to it (`base.source_clock`, the same reading TIRx's generated CUDA source gets).
+    """
+    clock = source_clock(text)
+    if clock:
+        return (f"device code reading a GPU clock ({clock.strip()} in the compiled PTX): kernels may not time "
+                "themselves or tell calls apart")
+    return None
+
+
 def confine() -> None:
-    """Check every module the DSL builds (idempotent)."""
+    """Check every module the DSL builds, and the PTX every compile produces (idempotent)."""
     if CONFINEMENT.active:
         return
+    import os
+    import tempfile
+
+    from cutlass.base_dsl.compiler import CompileOptions, GPUArch, KeepPTX
     from cutlass.base_dsl.dsl import BaseDSL
 
     original = BaseDSL.build_module
+    original_apply = CompileOptions.apply_envar_settings
+    original_compile = BaseDSL.compile_and_cache
+    ptx_dir = tempfile.mkdtemp(prefix="cute-ptx-")  # the child's own temp folder
+    read_hashes: set[str] = set()  # modules whose PTX was read: a later in-process cache hit writes none
 
     def build_module(self: Any, module: Any, function_name: str) -> Any:
         problem = host_problem(module) or device_problem(module)
@@ -207,6 +229,34 @@ def confine() -> None:
         built.update(kernel_symbols(module))
         return original(self, module, function_name)
 
+    def apply_envar_settings(self: Any, envar: Any, function_name: str) -> None:
+        original_apply(self, envar, function_name)
+        keep = self.options[KeepPTX]
+        if not keep.value:  # the compiler writes the PTX it assembles; caching stays as it was (an env setting
+            keep.value = True  # of KEEP would have turned it off)
+            arch = self.options[GPUArch].value or envar.arch
+            self._set_artifact_dump_paths(keep, ptx_dir, function_name, arch, "ptx", "full_ptx_path")
+
+    def compile_and_cache(self: Any, module: Any, module_hash: Any, *args: Any, **kwargs: Any) -> Any:
+        path = self.compile_options.full_ptx_path  # where this compile writes its PTX (options reset after it)
+        if path and os.path.isfile(path):
+            os.unlink(path)  # an earlier compile's file of the same name is not this one's
+        compiled = original_compile(self, module, module_hash, *args, **kwargs)
+        if path and os.path.isfile(path):
+            with open(path, encoding="utf-8", errors="replace") as f:
+                text = f.read()
+            os.unlink(path)
+            problem = ptx_problem(text)
+            if problem:
+                refuse_native_code(problem)
+            if module_hash:
+                read_hashes.add(module_hash)
+        elif getattr(compiled, "kernel_info", None) and module_hash not in read_hashes:
+            refuse_native_code("compiled device code whose PTX the grader could not read")
+        return compiled
+
     built = BUILT_KERNELS
     BaseDSL.build_module = build_module  # type: ignore[method-assign]
+    CompileOptions.apply_envar_settings = apply_envar_settings  # type: ignore[method-assign]
+    BaseDSL.compile_and_cache = compile_and_cache  # type: ignore[method-assign]
     CONFINEMENT.active = True
