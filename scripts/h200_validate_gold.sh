@@ -2,7 +2,7 @@
 # One shard of the H200 gold + wrong + red-team validation: run on the device machine from the checkout root.
 #
 #   METAKERNEL_REVISION=<commit> [STATE=.dev/state/h200-gold.json] [SEED=validation/<report>.json] [BUDGET=480] \
-#     [JOBS=3] bash scripts/h200_validate_gold.sh [SELECTION...]
+#     [JOBS=3] [PYSPY=/path/to/py-spy] bash scripts/h200_validate_gold.sh [SELECTION...]
 #
 # Prints the sandbox's isolation self-test first (and, once per machine, runs the static rules' reachability walks
 # against this machine's libraries), then grades solutions/ (gold must pass, wrong and red-team files
@@ -42,9 +42,14 @@ fi
 [ -f .dev/state/reachability.txt ] && [ -n "${OUT:-}" ] && cp .dev/state/reachability.txt "$OUT/"
 # The whole log comes back under $OUT (session 24: a run aborted in C++ with its log left on the machine).
 log=${OUT:-/tmp}/validate-log.txt
+watcher=
+if [ -n "${PYSPY:-}" ] && [ -x "$PYSPY" ]; then  # stacks of a stalled grading come back too (stall_dump.sh)
+  bash scripts/stall_dump.sh "$log" & watcher=$!
+fi
 python3 -m metakernel problems validate --gold "$@" --device cuda --report "$report" --resume \
   --time-budget "${BUDGET:-480}" --jobs "${JOBS:-3}" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
+[ -n "$watcher" ] && kill "$watcher" 2>/dev/null
 if [ "$report" != "$STATE" ] && [ -f "$report" ]; then cp "$report" "$STATE"; fi
 # A failed walk is a route the static rules do not know on this machine (session 23: torch.cuda.pynvml, on the GPU
 # image only): say so last, where the call's output tail shows it.
