@@ -173,6 +173,29 @@ def test_cute_device_rules_read_the_attributes_of_real_mlir_ops():
         assert "linked from a file" in device_problem(linked)
 
 
+def test_cute_compile_options_that_write_options_of_their_own_are_refused():
+    """A text option's value goes into the compiler's option string between quotes, unescaped (session 27's third
+    red-teamer): a value holding a quote, and `link-libraries` itself, are refused; CuTe's own options are not."""
+    from types import SimpleNamespace
+
+    from cutlass.base_dsl.compiler import CompileOptions
+
+    from metakernel.dsl.cute_host import option_problem
+
+    assert option_problem(SimpleNamespace(compile_options=CompileOptions())) is None
+
+    def named(name: str, value: object) -> SimpleNamespace:
+        return SimpleNamespace(_option_name=name, value=value)
+
+    def dsl(*options: SimpleNamespace) -> SimpleNamespace:
+        return SimpleNamespace(compile_options=SimpleNamespace(options=dict(enumerate(options))))
+
+    assert option_problem(dsl(named("ptxas-options", "-v"), named("opt-level", 3))) is None
+    injected = named("ptxas-options", "x' link-libraries='/tmp/x.bc")
+    assert "holds a quote" in option_problem(dsl(injected))
+    assert "linked from a file" in option_problem(dsl(named("link-libraries", "/tmp/x.bc")))
+
+
 def test_tirx_clock_ops_are_refused_in_a_gpu_source():
     """TIRx's profiling intrinsics and clock reads (and inline PTX naming a clock register) in a source built for a
     GPU grading: refused whatever the name that reached them."""

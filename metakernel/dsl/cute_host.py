@@ -179,14 +179,21 @@ _SYMBOL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 BUILT_KERNELS: set[str] = set()
 
 
-def _link_option(dsl: Any) -> str | None:
-    """The compile options' `link-libraries` value, when the candidate set one (`options="--link-libraries=..."`)."""
+def option_problem(dsl: Any) -> str | None:
+    """Why the compile options the candidate set may not be used, or None.
+
+    `link-libraries` brings in device code no check reads. And a text option's value is written into the
+    compiler's option string between single quotes, unescaped: a value holding a quote would append options of
+    its own choosing (session 27's third red-teamer), `link-libraries` or another PTX path among them.
+    """
     options = getattr(getattr(dsl, "compile_options", None), "options", None) or {}
     for key, option in dict(options).items():
-        if "link-libraries" in (str(getattr(key, "_option_name", "")), str(getattr(option, "_option_name", ""))):
-            value = getattr(option, "value", None)
-            if value:
-                return str(value)
+        value = getattr(option, "value", None)
+        name = str(getattr(key, "_option_name", "") or getattr(option, "_option_name", ""))
+        if name == "link-libraries" and value:
+            return LINKED_PROBLEM
+        if isinstance(value, str) and ("'" in value or '"' in value):
+            return f"compile option {name or key!r} whose value holds a quote: it would write options of its own"
     return None
 
 
@@ -222,8 +229,7 @@ def confine() -> None:
 
     def build_module(self: Any, module: Any, function_name: str) -> Any:
         problem = host_problem(module) or device_problem(module)
-        if not problem and _link_option(self):
-            problem = LINKED_PROBLEM
+        problem = problem or option_problem(self)
         if problem:
             refuse_native_code(problem)
         built.update(kernel_symbols(module))
