@@ -31,7 +31,7 @@ class Lanes:
         self._budget = budget
         self._deadline = deadline
         self._cond = threading.Condition()
-        self._problems: dict[int, int] = {}  # problem -> its files graded now
+        self._problems: set[int] = set()  # problems with a file graded now
         self._finished: set[int] = set()  # problems with a file graded to the end (gold first: the baseline is cached)
         self._held: dict[str, int] = {}  # solution key -> its arena bytes, for the files graded now
         self._stopped = False
@@ -58,7 +58,7 @@ class Lanes:
                 chosen = self._eligible()
                 if chosen is not None:
                     self._queue.remove(chosen)
-                    self._problems[chosen.number] = self._problems.get(chosen.number, 0) + 1
+                    self._problems.add(chosen.number)
                     self._held[chosen.key] = self._arena_bytes(chosen)
                     return chosen
                 self._cond.wait(timeout=1.0)  # the deadline is checked again even if no lane finishes
@@ -66,11 +66,7 @@ class Lanes:
     def done(self, sol: Any) -> None:
         """`sol`'s grading is over: its problem and arenas are free for the next file."""
         with self._cond:
-            left = self._problems.get(sol.number, 1) - 1
-            if left > 0:
-                self._problems[sol.number] = left
-            else:
-                self._problems.pop(sol.number, None)
+            self._problems.discard(sol.number)  # a twin may still run: only before `_finished` does that matter
             self._finished.add(sol.number)
             self._held.pop(sol.key, None)
             self._cond.notify_all()
