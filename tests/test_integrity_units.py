@@ -3,6 +3,7 @@ dependency ablation's restore rule and the audit hook's compile rule."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -102,64 +103,31 @@ def test_kernels_are_attributed_by_exact_symbol():
     assert not is_symbol("void at::native::vectorized_elementwise_kernel<4>(int)") and is_symbol("kernel_cutlass_add_0")
 
 
-def test_cute_kernel_names_are_only_kernels_a_checked_build_defined():
-    """Torch's kernel names written into a compiled object's `kernel_info` (a dict the candidate holds) are refused
-    at the launch, as a native-code event the child's hook records (session 27), not taken as the DSL's."""
+PROBLEM_28 = Path(__file__).resolve().parents[1] / "solutions/mlp_norm/28_fused_add_rmsnorm_h4096"
+RT_KERNEL_INFO = PROBLEM_28 / "wrong/rt_cute_kernel_info_torch_names.py"
+
+
+def _confined_cute_solves(paths: list[Path], prelude: str = "") -> list[list[Any]]:
+    """Each file's `solve` on problem 28's inputs, in one fresh process with CuTe's launch hooks and confinement in
+    place as a checked child has them (hooks are per process): per file `["launched", launches, kernel names]` or
+    `["refused", message, native-code audit events so far, kernel names]`. `prelude` runs before `confine`."""
+    import json
     import subprocess
     import sys
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
     script = f"""
-import importlib.util, os, sys, torch
+import importlib.util, json, os, sys, torch
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+from metakernel.dsl import cute_host
 from metakernel.dsl.base import NATIVE_CODE_EVENT, LaunchGate
 from metakernel.dsl.cute import ADAPTER
 events = []
 sys.addaudithook(lambda event, args: events.append(event) if event == NATIVE_CODE_EVENT else None)
+{prelude}
 gate = LaunchGate(mode="intercept")
 ADAPTER.install_hooks(gate)
 ADAPTER.confine()
-spec = importlib.util.spec_from_file_location("cand", {str(root / RT_KERNEL_INFO)!r})
-m = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(m)
-x = torch.randn(8, 4096, dtype=torch.bfloat16)
-try:
-    m.solve(x, torch.randn_like(x), torch.randn(4096, dtype=torch.bfloat16))
-except PermissionError as exc:
-    print("refused", len(events), exc)
-print(sorted(gate.kernel_names))
-"""
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=root)
-    assert out.returncode == 0, out.stderr[-2000:]
-    lines = out.stdout.strip().splitlines()
-    assert lines[-2].startswith("refused 1 ") and "at::native" in lines[-2], lines
-    assert all(is_symbol(n) for n in eval(lines[-1])), lines  # noqa: S307 - our own child's printed list
-
-
-def test_cute_ptx_is_read_after_every_compile_whatever_the_mlir_checks_saw():
-    """The PTX each CuTe compile writes is read for GPU clocks: with the MLIR device check switched off, the
-    asm-variant and symbol-operand red-team files (whose MLIR never spells the register) are refused by it, and
-    problem 28's gold kernel compiles and launches."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
-    problem = root / "solutions/mlp_norm/28_fused_add_rmsnorm_h4096"
-    paths = [str(problem / "wrong/rt_cute_asm_variant_globaltimer.py"),
-             str(problem / "wrong/rt_cute_asm_symbol_operand_globaltimer.py"), str(problem / "correct/cute.py")]
-    script = f"""
-import importlib.util, os, torch
-os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
-from metakernel.dsl import cute_host
-from metakernel.dsl.base import LaunchGate
-from metakernel.dsl.cute import ADAPTER
-cute_host.device_problem = lambda module: None  # the MLIR check off: only the PTX can tell
-gate = LaunchGate(mode="intercept")
-ADAPTER.install_hooks(gate)
-ADAPTER.confine()
-for path in {paths!r}:
+for path in {[str(p) for p in paths]!r}:
     spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
     m = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(m)
@@ -167,18 +135,35 @@ for path in {paths!r}:
     gate.reset()
     try:
         m.solve(x, torch.randn_like(x), torch.randn(4096, dtype=torch.bfloat16))
-        print("launched", gate.launches)
+        print(json.dumps(["launched", gate.launches, sorted(gate.kernel_names)]))
     except PermissionError as exc:
-        print("refused", exc)
+        print(json.dumps(["refused", str(exc), len(events), sorted(gate.kernel_names)]))
 """
+    root = PROBLEM_28.parents[2]
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, cwd=root)
     assert out.returncode == 0, out.stderr[-2000:]
-    lines = out.stdout.strip().splitlines()[-3:]
-    assert all(line.startswith("refused") and "in the compiled PTX" in line for line in lines[:2]), lines
-    assert lines[2] == "launched 1", lines
+    return [json.loads(line) for line in out.stdout.strip().splitlines()[-len(paths):]]
 
 
-RT_KERNEL_INFO = "solutions/mlp_norm/28_fused_add_rmsnorm_h4096/wrong/rt_cute_kernel_info_torch_names.py"
+def test_cute_kernel_names_are_only_kernels_a_checked_build_defined():
+    """Torch's kernel names written into a compiled object's `kernel_info` (a dict the candidate holds) are refused
+    at the launch, as a native-code event the child's hook records (session 27), not taken as the DSL's."""
+    [(verdict, message, events, names)] = _confined_cute_solves([RT_KERNEL_INFO])
+    assert verdict == "refused" and events == 1 and "at::native" in message, message
+    assert all(is_symbol(n) for n in names), names
+
+
+def test_cute_ptx_is_read_after_every_compile_whatever_the_mlir_checks_saw():
+    """The PTX each CuTe compile writes is read for GPU clocks: with the MLIR device check switched off, the
+    asm-variant and symbol-operand red-team files (whose MLIR never spells the register) are refused by it, and
+    problem 28's gold kernel compiles and launches."""
+    variant, symbol, gold = _confined_cute_solves(
+        [PROBLEM_28 / "wrong/rt_cute_asm_variant_globaltimer.py",
+         PROBLEM_28 / "wrong/rt_cute_asm_symbol_operand_globaltimer.py", PROBLEM_28 / "correct/cute.py"],
+        prelude="cute_host.device_problem = lambda module: None  # the MLIR check off: only the PTX can tell")
+    for row in (variant, symbol):
+        assert row[0] == "refused" and "in the compiled PTX" in row[1], row
+    assert gold[:2] == ["launched", 1], gold
 
 
 def test_randomize_ablation_restores_what_the_launch_did_not_write():
