@@ -3,6 +3,7 @@ dependency ablation's restore rule and the audit hook's compile rule."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +165,71 @@ def test_cute_ptx_is_read_after_every_compile_whatever_the_mlir_checks_saw():
     for row in (variant, symbol):
         assert row[0] == "refused" and "in the compiled PTX" in row[1], row
     assert gold[:2] == ["launched", 1], gold
+
+
+def test_cute_cache_hit_builds_no_engine_from_a_module_rewritten_after_its_check(tmp_path):
+    """A CuTe cache hit without an engine builds one from the cached object's `ir_module`, which the candidate can
+    rewrite through the MLIR bindings after the checks read it (session 27's third red-teamer named the kernel
+    binary; host code is as open). With the module unchanged the hit launches; rewritten, it was built and launched
+    before this session and is now refused before any engine exists."""
+    import subprocess
+    import sys
+
+    script = """
+import os, torch
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+from metakernel.dsl.base import LaunchGate
+from metakernel.dsl.cute import ADAPTER
+gate = LaunchGate(mode="intercept")
+ADAPTER.install_hooks(gate)
+ADAPTER.confine()
+import cutlass.cute as cute
+from cutlass._mlir import ir
+from cutlass.cute.runtime import from_dlpack
+from cutlass.cutlass_dsl import CuTeDSL
+
+@cute.kernel
+def add_one(a: cute.Tensor):
+    i = cute.arch.thread_idx()[0]
+    a[i] = a[i] + 1.0
+
+@cute.jit
+def host(a: cute.Tensor):
+    add_one(a).launch(grid=[1, 1, 1], block=[32, 1, 1])
+
+x = torch.randn(32)
+host(from_dlpack(x))
+cache = CuTeDSL._get_dsl().jit_cache
+[key] = list(cache._dict)
+cache.get(key).capi_func = None  # the next call takes the cache-hit path that builds an engine
+host(from_dlpack(x))
+print("unchanged", gate.launches)
+compiled = cache.get(key)
+found = []
+def visit(op):
+    attributes = op.attributes  # read by position, as cute_host does
+    if op.name == "llvm.mlir.global" and "value" in [attributes[i].name for i in range(len(attributes))]:
+        found.append(op)
+    return ir.WalkResult.ADVANCE
+compiled.ir_module.operation.walk(visit)
+with compiled.ir_module.context:
+    found[0].attributes["value"] = ir.StringAttr.get("rewritten")
+compiled.capi_func = None
+try:
+    host(from_dlpack(x))
+    print("rewritten launched", gate.launches)
+except PermissionError as exc:
+    print("rewritten refused", exc)
+"""
+    (tmp_path / "rewrite.py").write_text(script)  # CuTe compiles functions whose source file it can read
+    root = PROBLEM_28.parents[2]
+    out = subprocess.run([sys.executable, str(tmp_path / "rewrite.py")], capture_output=True, text=True,
+                         timeout=600, cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.strip().splitlines()
+    assert "unchanged 2" in lines, lines
+    assert any(line.startswith("rewritten refused") and "content changed after its check" in line
+               for line in lines), lines
 
 
 def test_randomize_ablation_restores_what_the_launch_did_not_write():

@@ -211,21 +211,40 @@ def ptx_problem(text: str) -> str | None:
     return None
 
 
+def module_digest(module: Any) -> str:
+    """A digest of a compiled module's whole content (host code and the embedded kernel binary)."""
+    import hashlib
+    import io
+
+    buffer = io.BytesIO()
+    module.operation.write_bytecode(buffer)
+    return hashlib.sha256(buffer.getvalue()).hexdigest()
+
+
 def confine() -> None:
-    """Check every module the DSL builds, and the PTX every compile produces (idempotent)."""
+    """Check every module the DSL builds, and the PTX every compile produces (idempotent).
+
+    A cache hit compiles nothing: CuTe builds a new engine from the cached object's `ir_module`, which the
+    candidate holds and can rewrite through the MLIR bindings (session 27's third red-teamer: the embedded kernel
+    binary, `llvm.mlir.global @kernels_binary`; the host code too). So each checked compile's module is digested,
+    and a cache hit is let through only with that same content, before the engine is built; CuTe's file cache
+    (modules read from disk, checked by nobody) is refused outright.
+    """
     if CONFINEMENT.active:
         return
     import os
     import tempfile
 
+    from cutlass.base_dsl import compile_backend
     from cutlass.base_dsl.compiler import CompileOptions, GPUArch, KeepPTX
     from cutlass.base_dsl.dsl import BaseDSL
 
     original = BaseDSL.build_module
     original_apply = CompileOptions.apply_envar_settings
     original_compile = BaseDSL.compile_and_cache
+    original_resolve = compile_backend.CompilerBackend._resolve_compile_cache
     ptx_dir = tempfile.mkdtemp(prefix="cute-ptx-")  # the child's own temp folder
-    read_hashes: set[str] = set()  # modules whose PTX was read: a later in-process cache hit writes none
+    digests: dict[str, str] = {}  # module hash -> digest of the module its checked compile produced
 
     def build_module(self: Any, module: Any, function_name: str) -> Any:
         problem = host_problem(module) or device_problem(module)
@@ -255,14 +274,25 @@ def confine() -> None:
             problem = ptx_problem(text)
             if problem:
                 refuse_native_code(problem)
-            if module_hash:
-                read_hashes.add(module_hash)
-        elif getattr(compiled, "kernel_info", None) and module_hash not in read_hashes:
+        elif getattr(compiled, "kernel_info", None) and module_hash not in digests:
             refuse_native_code("compiled device code whose PTX the grader could not read")
+        if module_hash and getattr(compiled, "ir_module", None) is not None:
+            digests[module_hash] = module_digest(compiled.ir_module)  # a cache hit's module is this one, unchanged
         return compiled
+
+    def resolve_compile_cache(self: Any, ctx: Any) -> Any:
+        state = original_resolve(self, ctx)
+        if state.load_from_file_cache:
+            refuse_native_code("a compiled module read from CuTe's file cache: no check read it")
+        if state.cache_hit and (ctx.module_hash not in digests
+                                or module_digest(state.module) != digests[ctx.module_hash]):
+            refuse_native_code("a cached compiled module whose content changed after its check (its host code "
+                               "or kernel binary was rewritten): the DSL would build an engine from it")
+        return state
 
     built = BUILT_KERNELS
     BaseDSL.build_module = build_module  # type: ignore[method-assign]
     CompileOptions.apply_envar_settings = apply_envar_settings  # type: ignore[method-assign]
     BaseDSL.compile_and_cache = compile_and_cache  # type: ignore[method-assign]
+    compile_backend.CompilerBackend._resolve_compile_cache = resolve_compile_cache  # type: ignore[method-assign]
     CONFINEMENT.active = True
