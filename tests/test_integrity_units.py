@@ -232,6 +232,40 @@ except PermissionError as exc:
                for line in lines), lines
 
 
+def test_tirx_cuda_compile_reads_the_ptx_before_making_the_binary():
+    """TVM's CUDA compile callback, as `tirx_host.confine` registers it on a GPU machine, compiles the source to PTX
+    with the same compiler, reads it for GPU clocks, and only then makes the binary. The CPU has no CUDA compiler
+    (TVM calls no callback here), so the two compilers are stand-ins that record what they were asked."""
+    from metakernel.dsl import tirx_host
+
+    asked: list[tuple[str, Any]] = []
+
+    def to_ptx(code: str, target_format: str, compiler: str) -> bytes:
+        asked.append(("ptx", (target_format, compiler)))
+        return b".visible .entry k_kernel() {\n  mov.u64 %rd1, %glob" + code.encode() + b";\n  ret;\n}\n"
+
+    def to_binary(code: str) -> bytes:
+        asked.append(("binary", code))
+        return b"\x7fELF"
+
+    refused: list[str] = []
+
+    def refuse(what: str) -> None:
+        refused.append(what)
+        raise PermissionError(what)
+
+    checked = tirx_host.ptx_checked(to_binary, to_ptx=to_ptx, _refuse=refuse)
+    assert checked("al_index") == b"\x7fELF" and not refused
+    assert asked[0][0] == "ptx" and asked[0][1][0] == "ptx" and asked[1] == ("binary", "al_index")
+    asked.clear()
+    try:
+        checked("altimer")  # the PTX reads %globaltimer although no source text spelled it
+    except PermissionError:
+        pass
+    assert refused and "globaltimer" in refused[0] and "compiled PTX" in refused[0], refused
+    assert [kind for kind, _ in asked] == ["ptx"]  # no binary is made of refused code
+
+
 def test_randomize_ablation_restores_what_the_launch_did_not_write():
     """Arguments a launch only reads (inputs, sentinels) get their values back; what it wrote stays."""
     gate = LaunchGate(mode="run", randomize=True)

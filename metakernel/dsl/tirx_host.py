@@ -16,8 +16,9 @@ and refuses anything else through the audit event `base.NATIVE_CODE_EVENT`, whic
 `rule_violation/sandbox` that catching the exception does not undo. A CPU-only grading runs llvm kernels by
 design: there none of this applies, and the CPU grader is no trust boundary (docs/integrity.md).
 
-The device code of the same builds is judged twice: the IR by op names before the build (`source_problem`), and
-the CUDA source TVM generated after it (`built_problem`), which is where every spelling of a GPU clock ends.
+The device code of the same builds is judged three times: the IR by op names before the build
+(`source_problem`), the PTX the CUDA compiler makes of TVM's source during it (`ptx_checked`, where every spelling of
+a GPU clock ends), and that CUDA source after it (`built_problem`).
 """
 
 from __future__ import annotations
@@ -292,4 +293,47 @@ def confine() -> None:
         return original(mod, target)
 
     tvm_ffi.register_global_func("target.build.llvm", build_llvm, override=True)
+    import tvm.support.nvcc  # noqa: F401  (registers the callback; a later import would replace the checked one)
+
+    compile_cuda = tvm_ffi.get_global_func("tvm_callback_cuda_compile", allow_missing=True)
+    if compile_cuda is not None:
+        tvm_ffi.register_global_func("tvm_callback_cuda_compile", ptx_checked(compile_cuda), override=True)
     CONFINEMENT.active = True
+
+
+def ptx_problem(text: str) -> str | None:
+    """Why a CUDA module's PTX may not run in a GPU grading (it reads a GPU clock), or None."""
+    clock = source_clock(text)
+    if clock:
+        return (f"device code reading a GPU clock ({clock.strip()} in the compiled PTX): kernels may not time "
+                "themselves or tell calls apart")
+    return None
+
+
+def ptx_checked(compile_cuda: Any, to_ptx: Any = None, _problem: Any = ptx_problem, _refuse: Any = refuse) -> Any:
+    """TVM's CUDA compile callback, with the module's PTX read for GPU clocks before the binary is made.
+
+    `built_problem` reads the CUDA source, as the C compiler's lexer would; what only the preprocessor or the
+    compiler shows (a macro holding half a register's name, an intrinsic the source names otherwise) ends in the
+    PTX, as CuTe's check reads it (`cute_host.ptx_problem`). NVRTC makes a loadable binary only from a real
+    architecture and PTX only from a virtual one, so the source is compiled to PTX once more for the check (the
+    same compiler and options; `to_ptx` is TVM's `compile_cuda` unless a test passes another).
+    """
+
+    def checked(code: str, *args: Any) -> Any:
+        import os
+
+        compile_ptx = to_ptx
+        if compile_ptx is None:
+            from tvm.support import nvcc
+
+            compile_ptx = nvcc.compile_cuda
+        mode = os.environ.get("TVM_CUDA_COMPILE_MODE", "nvrtc").lower()
+        ptx = compile_ptx(code, target_format="ptx", compiler=mode)
+        text = ptx.decode("utf-8", "replace") if isinstance(ptx, (bytes, bytearray)) else str(ptx)
+        problem = _problem(text)
+        if problem:
+            _refuse(problem)
+        return compile_cuda(code, *args)
+
+    return checked
