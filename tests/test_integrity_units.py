@@ -167,6 +167,18 @@ def test_cute_ptx_is_read_after_every_compile_whatever_the_mlir_checks_saw():
     assert gold[:2] == ["launched", 1], gold
 
 
+def test_cute_engines_are_built_only_inside_a_checked_compile():
+    """`type(fn.engine)(module, ...)` JITted host code the file wrote as text (a CPU clock, reads at any address)
+    past every check (session 28's red-teamer). The static rules refuse the names; below them, with the rules out of
+    the way, building an engine outside a checked compile is a sandbox event, and the gold kernel still launches."""
+    module_text, libc_clock, gold = _confined_cute_solves(
+        [PROBLEM_28 / "wrong/rt_cute_engine_class_unchecked_module.py",
+         PROBLEM_28 / "wrong/rt_cute_engine_class_clock_gettime.py", PROBLEM_28 / "correct/cute.py"])
+    for row in (module_text, libc_clock):
+        assert row[0] == "refused" and "JIT engine built outside" in row[1] and row[2] >= 1, row
+    assert gold[:2] == ["launched", 1], gold
+
+
 def test_cute_cache_hit_builds_no_engine_from_a_module_rewritten_after_its_check(tmp_path):
     """A CuTe cache hit without an engine builds one from the cached object's `ir_module`, which the candidate can
     rewrite through the MLIR bindings after the checks read it (session 27's third red-teamer named the kernel

@@ -221,6 +221,45 @@ def module_digest(module: Any) -> str:
     return hashlib.sha256(buffer.getvalue()).hexdigest()
 
 
+class _Engines:
+    def __init__(self) -> None:
+        self.compiling = 0  # checked compiles in progress: the only time a JIT engine may be built
+
+
+ENGINES = _Engines()
+
+
+def _guard_engines() -> None:
+    """Let JIT engines be built only inside a checked compile.
+
+    An engine turns an LLVM module (or an object file's bytes) into native code in this process. The DSL builds one
+    per compile, from the module the checks just read; the engine classes are reachable from any compiled object
+    (`type(fn.engine)`), and one built from a module the file wrote as text ran a CPU clock and read the harness's
+    memory (session 28's red-teamer). The static rules refuse those names; this is the layer below them.
+    """
+    from cutlass._mlir import execution_engine
+
+    classes = [cls for cls in execution_engine.ExecutionEngine.__mro__ if cls is not object]
+    try:
+        from cutlass._mlir._mlir_libs._cutlass_ir._execution_engine import BinaryExecutionEngine
+    except ImportError:  # an older CuTe without the JITLink engine
+        pass
+    else:
+        classes.append(BinaryExecutionEngine)
+    for cls in classes:
+        original_init = cls.__dict__.get("__init__")
+        if original_init is None:
+            continue
+
+        def guarded(self: Any, *args: Any, _init: Any = original_init, **kwargs: Any) -> None:
+            if ENGINES.compiling <= 0:
+                refuse_native_code("a JIT engine built outside the DSL's checked compile: it would run native code "
+                                   "no check read")
+            _init(self, *args, **kwargs)
+
+        cls.__init__ = guarded  # type: ignore[misc]
+
+
 def confine() -> None:
     """Check every module the DSL builds, and the PTX every compile produces (idempotent).
 
@@ -239,6 +278,7 @@ def confine() -> None:
     from cutlass.base_dsl.compiler import CompileOptions, GPUArch, KeepPTX
     from cutlass.base_dsl.dsl import BaseDSL
 
+    _guard_engines()
     original = BaseDSL.build_module
     original_apply = CompileOptions.apply_envar_settings
     original_compile = BaseDSL.compile_and_cache
@@ -266,7 +306,11 @@ def confine() -> None:
         path = self.compile_options.full_ptx_path  # where this compile writes its PTX (options reset after it)
         if path and os.path.isfile(path):
             os.unlink(path)  # an earlier compile's file of the same name is not this one's
-        compiled = original_compile(self, module, module_hash, *args, **kwargs)
+        ENGINES.compiling += 1
+        try:
+            compiled = original_compile(self, module, module_hash, *args, **kwargs)
+        finally:
+            ENGINES.compiling -= 1
         if path and os.path.isfile(path):
             with open(path, encoding="utf-8", errors="replace") as f:
                 text = f.read()

@@ -151,6 +151,10 @@ FEATURE_ATTRIBUTES: dict[str, str] = {
                      "register_script_namespace", "kernel_launcher", "transfer_parametrizations_and_params",
                      "new_from_mlir_values", "extract_mlir_values", "extract_mlir_attributes"),
                     "reads or writes any object's attributes or a module's globals: not kernel code"),
+    # a compiled object's JIT engine and the class hierarchy behind any value: `type(fn.engine)(module, ...)` built an
+    # engine of LLVM host code the file wrote as text, which no check reads (session 28's red-teamer)
+    **dict.fromkeys(("engine", "invoke", "raw_lookup", "mro", "capi_func", "jit_module"),
+                    "the DSL's JIT engines and class internals: compile with cute.compile / @cute.jit and call that"),
 }
 #: Classes of names, refused on any object.
 ATTRIBUTE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
