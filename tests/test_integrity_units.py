@@ -183,7 +183,8 @@ def test_cute_cache_hit_builds_no_engine_from_a_module_rewritten_after_its_check
     """A CuTe cache hit without an engine builds one from the cached object's `ir_module`, which the candidate can
     rewrite through the MLIR bindings after the checks read it (session 27's third red-teamer named the kernel
     binary; host code is as open). With the module unchanged the hit launches; rewritten, it was built and launched
-    before this session and is now refused before any engine exists."""
+    before this session and is now refused before any engine exists. A module handed to `compile_and_cache` by a
+    caller of its own is checked there too."""
     import subprocess
     import sys
 
@@ -232,6 +233,14 @@ try:
     print("rewritten launched", gate.launches)
 except PermissionError as exc:
     print("rewritten refused", exc)
+import inspect  # a caller of its own hands compile_and_cache a module of any text (the DSL's class is reachable)
+text = 'module { llvm.func @f() { llvm.return } }'
+with ir.Context():
+    try:
+        CuTeDSL._get_dsl().compile_and_cache(ir.Module.parse(text), "h", "f", None, inspect.Signature(), True, False)
+        print("text compiled")
+    except PermissionError as exc:
+        print("text refused", exc)
 """
     (tmp_path / "rewrite.py").write_text(script)  # CuTe compiles functions whose source file it can read
     root = PROBLEM_28.parents[2]
@@ -242,6 +251,7 @@ except PermissionError as exc:
     assert "unchanged 2" in lines, lines
     assert any(line.startswith("rewritten refused") and "content changed after its check" in line
                for line in lines), lines
+    assert any(line.startswith("text refused") for line in lines), lines
 
 
 def test_tirx_cuda_compile_reads_the_ptx_before_making_the_binary():

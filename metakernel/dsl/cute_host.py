@@ -303,6 +303,11 @@ def confine() -> None:
             self._set_artifact_dump_paths(keep, ptx_dir, function_name, arch, "ptx", "full_ptx_path")
 
     def compile_and_cache(self: Any, module: Any, module_hash: Any, *args: Any, **kwargs: Any) -> Any:
+        # the module again, whoever calls: the DSL passes the one `build_module` checked, but a caller of its own
+        # (the method is reachable from the DSL's classes) would pass a module of any text
+        problem = host_problem(module) or device_problem(module) or option_problem(self)
+        if problem:
+            refuse_native_code(problem)
         path = self.compile_options.full_ptx_path  # where this compile writes its PTX (options reset after it)
         if path and os.path.isfile(path):
             os.unlink(path)  # an earlier compile's file of the same name is not this one's

@@ -153,8 +153,10 @@ FEATURE_ATTRIBUTES: dict[str, str] = {
                     "reads or writes any object's attributes or a module's globals: not kernel code"),
     # a compiled object's JIT engine and the class hierarchy behind any value: `type(fn.engine)(module, ...)` built an
     # engine of LLVM host code the file wrote as text, which no check reads (session 28's red-teamer)
-    **dict.fromkeys(("engine", "invoke", "raw_lookup", "mro", "capi_func", "jit_module"),
-                    "the DSL's JIT engines and class internals: compile with cute.compile / @cute.jit and call that"),
+    **dict.fromkeys(("engine", "invoke", "raw_lookup", "mro", "capi_func", "jit_module", "BaseDSL", "CuTeDSL",
+                     "CutlassBaseDSL", "compile_and_cache", "build_module", "compiler_provider", "jit_cache"),
+                    "the DSL's JIT engines, compiler and class internals: compile with cute.compile / @cute.jit and "
+                    "call that"),
 }
 #: Classes of names, refused on any object.
 ATTRIBUTE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -543,6 +545,8 @@ class _Checker:
         if (name == "cuda" and (origin.path or "").split(".")[0] == "cutlass") or (
                 name == "driver" and origin.path != "cuda.bindings"):
             return _CUDA_API  # the CUDA bindings under CuTe's names; torch.cuda and cuda.bindings.driver stay
+        if name == "ir" and (origin.path or "").split(".")[0] == "cutlass":  # `cutlass.runtime.ir`: MLIR bindings
+            return "the MLIR bindings build modules of any text: write the kernel with cute's API (tvm.ir stays)"
         reason = MODULE_ATTRIBUTES.get(name) or FEATURE_ATTRIBUTES.get(name)
         reason = reason or next((why for pattern, why in ATTRIBUTE_PATTERNS if pattern.search(name)), None)
         if reason:

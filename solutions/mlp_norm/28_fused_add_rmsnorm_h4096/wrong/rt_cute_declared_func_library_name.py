@@ -4,8 +4,10 @@ device code as a kernel the build defined, declarations included: the kernel dec
 the name enters BUILT_KERNELS, and `ki = fn.kernel_info; ki[NAME] = []` then makes the gate report it as a DSL
 symbol. Any cuBLAS/cuDNN/jiterator kernel whose trace name is a C identifier outside LIBRARY_PREFIXES (cuDNN's
 `cudnn_generated_*` SDPA kernels, cuBLAS `ampere_*` kernels, jiterator's `*_vectorized4_kernel`) would count as
-DSL work (not tried on a GPU: which such names an H200 run shows is unverified).
-Expected: rule_violation/sandbox
+DSL work (not tried on a GPU: which such names an H200 run shows is unverified). Refused at its launch since
+session 27 (a sandbox event: `kernel_info` names a kernel no checked build defined); since session 28 the static
+rules refuse `.ir` on CuTe's chains first (the MLIR bindings build ops of any kind).
+Expected: rule_violation/static
 """
 
 
