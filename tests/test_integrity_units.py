@@ -179,6 +179,20 @@ def test_cute_engines_are_built_only_inside_a_checked_compile():
     assert gold[:2] == ["launched", 1], gold
 
 
+def test_cute_host_printf_ready_binaries_and_own_pipelines_are_refused_at_the_compile():
+    """Session 28's second red-teamer: a host printf of the file's own format (`%s` reads, `%n` writes anywhere), a
+    `gpu.binary` moved into the traced module, a pipeline of the file's own (no PTX written). With the static rules
+    out of the way each is refused by confinement; the gold kernel, whose host code the DSL gives a print of its
+    own (numbers only), still launches."""
+    printf, binary, pipeline, gold = _confined_cute_solves(
+        [PROBLEM_28 / "wrong/rt_cute_host_printf_any_address.py", PROBLEM_28 / "wrong/rt_cute_gpu_binary_insert.py",
+         PROBLEM_28 / "wrong/rt_cute_custom_pipeline.py", PROBLEM_28 / "correct/cute.py"])
+    assert printf[0] == "refused" and "cute.print" in printf[1], printf
+    assert binary[0] == "refused" and "gpu.binary" in binary[1], binary
+    assert pipeline[0] == "refused" and "pipeline of the file's own" in pipeline[1], pipeline
+    assert gold[:2] == ["launched", 1], gold
+
+
 def test_cute_cache_hit_builds_no_engine_from_a_module_rewritten_after_its_check(tmp_path):
     """A CuTe cache hit without an engine builds one from the cached object's `ir_module`, which the candidate can
     rewrite through the MLIR bindings after the checks read it (session 27's third red-teamer named the kernel

@@ -91,10 +91,12 @@ def test_cute_host_ops_of_the_gold_kernels_are_allowed_and_memory_ops_not():
     from metakernel.dsl.cute_host import forbidden
 
     gold_host_ops = ("cute.get_iter", "cute.make_tiled_copy", "cute_nvgpu.atom.make_non_exec_tiled_tma_load",
-                     "cuda.launch_ex", "arith.cmpi", "scf.if", "cute.kernel_smem_size", "cute.print")
+                     "cuda.launch_ex", "arith.cmpi", "scf.if", "cute.kernel_smem_size")
     assert not any(forbidden(op) for op in gold_host_ops)
-    assert all(forbidden(op) for op in ("cute.memref.store", "cute.memref.load", "cute.inttoptr", "llvm.store",
-                                        "cute.copy", "cute.print_tensor", "memref.load", "gpu.memcpy",
+    # `cute.print` by name too: the DSL's own (numbers only) passes `host_print_ok`, a C format of the file's own
+    # does not (tests/test_integrity_units.py, with real ops)
+    assert all(forbidden(op) for op in ("cute.print", "cute.memref.store", "cute.memref.load", "cute.inttoptr",
+                                        "llvm.store", "cute.copy", "cute.print_tensor", "memref.load", "gpu.memcpy",
                                         "vector.gather", "cuda.memcpy", "builtin.unrealized_conversion_cast"))
 
 

@@ -23,8 +23,12 @@ from metakernel.dsl.base import CLOCK_REGISTERS, refuse_native_code, source_cloc
 #: red-team file called libc's memcpy through a body-less `func.func` declaration and `func.call`).
 ALLOWED_PREFIXES = ("arith.", "scf.", "math.", "index.", "cuda.launch", "cuda.cast", "cuda.return_if_error",
                     "func.return", "func.call")
-#: Words that mark a CuTe op as an access to memory (element loads and stores, copies, atomics, pointer casts).
-ACCESS_WORDS = ("memref.", "load", "store", "copy", "atomic", "inttoptr", "ptrtoint", "print_tensor", "prefetch")
+#: Words that mark a CuTe op as an access to memory (element loads and stores, copies, atomics, pointer casts; a
+#: host `printf` of a format the file writes reads with `%s` and writes with `%n` at any address, session 28's
+#: red-teamer: only `host_print_ok`'s prints pass).
+ACCESS_WORDS = ("memref.", "load", "store", "copy", "atomic", "inttoptr", "ptrtoint", "print", "prefetch")
+#: Operand types a host `cute.print` may format: numbers (the DSL's own launch-limit message prints an i64).
+_NUMBER_TYPE = re.compile(r"^(?:i\d+|index|f\d+|bf16|tf32)$")
 #: Constructors whose names carry those words but only describe an access a kernel makes (gold host code has them).
 CONSTRUCTORS = ("cute.make_", "cute_nvgpu.atom.make_")
 #: Regions that hold device code.
@@ -68,10 +72,26 @@ def host_problem(module: Any) -> str | None:
                 return ("host code declaring an external function: a GPU kernel's host function may not call into "
                         "the process")
             continue
+        if operation.name == "cute.print" and host_print_ok(operation):
+            continue
         if forbidden(operation.name):
             return (f"host code with {operation.name}: a GPU kernel's host function may build layouts and launch, "
                     "not read or write memory (do that in the kernel)")
     return None
+
+
+def host_print_ok(operation: Any) -> bool:
+    """Whether a host print only formats numbers.
+
+    No C specifier of the file's own (`{}` placeholders, which CuTe fills by each value's type), every operand a
+    number. The DSL prints its own launch-limit errors this way.
+    """
+    try:
+        texts = _texts(operation)[1:]
+        types = [str(operand.type) for operand in operation.operands]
+    except Exception:  # noqa: BLE001 - unread is refused
+        return False
+    return not any("%" in text for text in texts) and all(_NUMBER_TYPE.match(t) for t in types)
 
 
 def _texts(operation: Any) -> list[str]:
@@ -129,6 +149,13 @@ def _op_problem(operation: Any) -> str | None:
     return None
 
 
+def _top_ops(module: Any) -> Any:
+    for region in module.operation.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                yield inner.operation
+
+
 def _device_ops(op: Any, inside: bool = False) -> Any:
     """Every op nested in `op` inside device-code regions."""
     for region in op.regions:
@@ -144,9 +171,13 @@ def _device_ops(op: Any, inside: bool = False) -> Any:
 def device_problem(module: Any) -> str | None:
     """Why a module's device code may not be built for a GPU grading, or None.
 
-    It may not read a GPU clock, build asm text no string shows, or link code from a file.
+    It may not read a GPU clock, build asm text no string shows, or link code from a file. Nor come as a ready
+    binary: a `gpu.binary` holds device code as bytes no check reads (a traced module only ever holds source;
+    session 28's red-teamer moved one in through the MLIR bindings).
     """
     for operation in _device_ops(module.operation):
+        if operation.name == "gpu.binary":
+            return "device code as a ready binary (gpu.binary): only code the DSL compiles from this file may run"
         problem = _op_problem(operation)
         if problem:
             return problem
@@ -306,8 +337,12 @@ def confine() -> None:
         # the module again, whoever calls: the DSL passes the one `build_module` checked, but a caller of its own
         # (the method is reachable from the DSL's classes) would pass a module of any text
         problem = host_problem(module) or device_problem(module) or option_problem(self)
+        pipeline = args[1] if len(args) > 1 else kwargs.get("pipeline")
+        if pipeline is not None:  # the DSL's own pipeline writes the PTX the check reads; another need not
+            problem = problem or "a compile pipeline of the file's own: only the DSL's default pipeline"
         if problem:
             refuse_native_code(problem)
+        device_code = any(op.name in DEVICE_OPS for op in _top_ops(module))
         path = self.compile_options.full_ptx_path  # where this compile writes its PTX (options reset after it)
         if path and os.path.isfile(path):
             os.unlink(path)  # an earlier compile's file of the same name is not this one's
@@ -323,7 +358,7 @@ def confine() -> None:
             problem = ptx_problem(text)
             if problem:
                 refuse_native_code(problem)
-        elif getattr(compiled, "kernel_info", None) and module_hash not in digests:
+        elif (device_code or getattr(compiled, "kernel_info", None)) and module_hash not in digests:
             refuse_native_code("compiled device code whose PTX the grader could not read")
         if module_hash and getattr(compiled, "ir_module", None) is not None:
             digests[module_hash] = module_digest(compiled.ir_module)  # a cache hit's module is this one, unchanged

@@ -154,7 +154,10 @@ FEATURE_ATTRIBUTES: dict[str, str] = {
     # a compiled object's JIT engine and the class hierarchy behind any value: `type(fn.engine)(module, ...)` built an
     # engine of LLVM host code the file wrote as text, which no check reads (session 28's red-teamer)
     **dict.fromkeys(("engine", "invoke", "raw_lookup", "mro", "capi_func", "jit_module", "BaseDSL", "CuTeDSL",
-                     "CutlassBaseDSL", "compile_and_cache", "build_module", "compiler_provider", "jit_cache"),
+                     "CutlassBaseDSL", "compile_and_cache", "build_module", "compiler_provider", "jit_cache",
+                     # the MLIR objects behind a compiled object or a traced value: a module of any text, ops moved
+                     # into the module being traced (session 28's second red-teamer)
+                     "ir_module", "owner", "move_before", "move_after"),
                     "the DSL's JIT engines, compiler and class internals: compile with cute.compile / @cute.jit and "
                     "call that"),
 }
