@@ -181,13 +181,16 @@ def test_cute_engines_are_built_only_inside_a_checked_compile():
 
 def test_cute_host_printf_ready_binaries_and_own_pipelines_are_refused_at_the_compile():
     """Session 28's second red-teamer: a host printf of the file's own format (`%s` reads, `%n` writes anywhere), a
-    `gpu.binary` moved into the traced module, a pipeline of the file's own (no PTX written). With the static rules
+    `gpu.binary` moved into the traced module, a pipeline of the file's own (no PTX written); the third: a host
+    `cute.gemm` through a view offset to any address, inside the gold kernel's host function. With the static rules
     out of the way each is refused by confinement; the gold kernel, whose host code the DSL gives a print of its
     own (numbers only), still launches."""
-    printf, binary, pipeline, gold = _confined_cute_solves(
+    printf, binary, pipeline, gemm, gold = _confined_cute_solves(
         [PROBLEM_28 / "wrong/rt_cute_host_printf_any_address.py", PROBLEM_28 / "wrong/rt_cute_gpu_binary_insert.py",
-         PROBLEM_28 / "wrong/rt_cute_custom_pipeline.py", PROBLEM_28 / "correct/cute.py"])
+         PROBLEM_28 / "wrong/rt_cute_custom_pipeline.py", PROBLEM_28 / "wrong/rt_cute_gold_host_gemm.py",
+         PROBLEM_28 / "correct/cute.py"])
     assert printf[0] == "refused" and "cute.print" in printf[1], printf
+    assert gemm[0] == "refused" and "cute.gemm" in gemm[1], gemm  # the third round: host ops an allowlist
     assert binary[0] == "refused" and "gpu.binary" in binary[1], binary
     assert pipeline[0] == "refused" and "pipeline of the file's own" in pipeline[1], pipeline
     assert gold[:2] == ["launched", 1], gold
