@@ -271,6 +271,52 @@ with ir.Context():
     assert any(line.startswith("text refused") for line in lines), lines
 
 
+def test_tirx_host_code_calls_by_name_only_the_device_setter_and_the_builds_kernels():
+    """`Tx.call_ffi_kernel(name)` and the tensor-map encoder lower to packed calls by name, which the runtime finds
+    in TVM's global registry when the module holds no such kernel (session 28's red-teamer deleted a folder through
+    `s_tir.meta_schedule.remove_build_dir`). The source check refuses both ops; with it out of the way, the host
+    check of the LLVM build refuses the calls (in a confined process: the builder is replaced process-wide), and the
+    gold kernel, whose host code calls `__tvm_set_device` and its kernel, builds."""
+    import subprocess
+    import sys
+
+    from metakernel.dsl import tirx_host
+
+    script = f"""
+import importlib.util, tvm
+from metakernel.dsl import tirx_host
+def load(path):
+    spec = importlib.util.spec_from_file_location("k", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+wrong = {str(PROBLEM_28 / "wrong")!r}
+ffi = load(wrong + "/rt_tirx_host_call_ffi_any_global.py")._make_kernel(4096)
+tmap = load(wrong + "/rt_tirx_tensormap_encode_write.py")._make_kernel(64)
+gold = load({str(PROBLEM_28 / "correct" / "tirx.py")!r})._make_kernel(4096)
+print("source:", tirx_host.source_problem(ffi), "|", tirx_host.source_problem(tmap))
+tirx_host.confine()
+target = tvm.target.Target({{"kind": "cuda", "arch": "sm_90a"}})
+for mod in (ffi, tmap, gold):
+    try:
+        tirx_host.checked_build(tvm.compile, mod, target=target, tir_pipeline="tirx", _problem=lambda mod: None)
+        print("built")
+    except Exception as exc:
+        print("refused:", str(exc).splitlines()[-1])
+"""
+    root = PROBLEM_28.parents[2]
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, cwd=root)
+    assert out.returncode == 0, out.stderr[-2000:]
+    source, ffi, tmap, gold = out.stdout.strip().splitlines()[-4:]
+    assert "call_ffi_kernel" in source and "tensormap_encode_tiled" in source, source
+    assert "'runtime.TVMSetStream' by name" in ffi, ffi
+    assert "'runtime.cuTensorMapEncodeTiled' by name" in tmap, tmap
+    assert gold == "built", gold
+    allowed = [n for n in ("main_kernel", "main_kernel_1", "__tvm_set_device", "tvm_callback_cuda_compile",
+                           "runtime.TVMSetStream") if tirx_host.PACKED_CALLEES.match(n)]
+    assert allowed == ["main_kernel", "main_kernel_1", "__tvm_set_device"]
+
+
 def test_tirx_cuda_compile_reads_the_ptx_before_making_the_binary():
     """TVM's CUDA compile callback, as `tirx_host.confine` registers it on a GPU machine, compiles the source to PTX
     with the same compiler, reads it for GPU clocks, and only then makes the binary. The CPU has no CUDA compiler

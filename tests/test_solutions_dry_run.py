@@ -119,6 +119,33 @@ def test_every_cute_op_is_reviewed_for_host_code():
     assert (HOST_CUTE_OPS | HOST_CUTE_REFUSED) - installed == set(), "reviewed ops CuTe no longer has"
 
 
+def test_cute_host_functions_keep_their_bodies_and_casts_make_no_pointers():
+    """Session 28's fourth red-teamer: a `func.func @memmove` with a dummy body and `available_externally` linkage
+    (LLVM drops the body, the JIT binds libc's), called with `cuda.cast` i64 -> !llvm.ptr arguments, read and wrote
+    anywhere. Parsed by CuTe's own bindings: both are refused, as is a stream made of an integer argument; the DSL's
+    own casts (a launch's result to i32, the constant 0 to the default stream) are not."""
+    from cutlass._mlir import ir
+    from cutlass.cutlass_dsl import CuTeDSL
+
+    from metakernel.dsl.cute_host import host_problem
+
+    CuTeDSL._get_dsl()  # registers CuTe's dialects with the bindings
+    with ir.Context():
+        cast = ir.Module.parse('module { func.func @f(%a: i64) { %p = "cuda.cast"(%a) : (i64) -> !llvm.ptr\n'
+                               "func.return } }")
+        linkage = ir.Module.parse("module { func.func @memmove(%a: i64) attributes "
+                                  "{llvm.linkage = #llvm.linkage<available_externally>} { func.return } }")
+        own = ir.Module.parse('module { func.func @f(%r: !cuda.result) attributes {llvm.emit_c_interface} {\n'
+                              '%c = "cuda.cast"(%r) : (!cuda.result) -> i32\n %z = arith.constant 0 : i64\n'
+                              '%s = "cuda.cast"(%z) : (i64) -> !cuda.stream\n func.return } }')
+        stream = ir.Module.parse('module { func.func @f(%a: i64) { %s = "cuda.cast"(%a) : (i64) -> !cuda.stream\n'
+                                 "func.return } }")
+        assert "!cuda.stream" in (host_problem(stream) or "")  # a stream handle of the file's choosing
+        assert "casting i64 to !llvm.ptr" in (host_problem(cast) or "")
+        assert "llvm.linkage" in (host_problem(linkage) or "")
+        assert host_problem(own) is None
+
+
 class _Op:
     """An MLIR operation as cute_host walks one: a name, attributes, regions of blocks of operations."""
 

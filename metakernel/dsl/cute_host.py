@@ -108,6 +108,29 @@ def forbidden(name: str) -> bool:
     return not name.startswith(ALLOWED_PREFIXES)
 
 
+#: Attributes a host `func.func` may carry (the gold kernels' functions have the first three). Others change what
+#: the body means: `llvm.linkage = available_externally` threw the body away and the JIT bound the name to libc's
+#: `memmove` (session 28's fourth red-teamer).
+FUNC_ATTRIBUTES = frozenset({"sym_name", "function_type", "llvm.emit_c_interface", "arg_attrs", "res_attrs",
+                             "sym_visibility"})
+#: `cuda.cast` in host code: only a launch's result to its integer code, and the constant 0 to the default stream
+#: (what the DSL writes). Integers to pointers, streams or events made addresses of the file's choosing (the same
+#: red-teamer).
+_CAST_FROM = re.compile(r"^!cuda\.result$")
+_CAST_TO = re.compile(r"^i\d+$")
+
+
+def _default_stream(cast: Any) -> bool:
+    """Whether a `cuda.cast` makes the default stream: the constant 0 as `!cuda.stream` (a launch without a stream)."""
+    try:
+        [value], [result] = list(cast.operands), list(cast.results)
+        owner = value.owner
+        return (str(result.type) == "!cuda.stream" and str(value.type) == "i64" and owner.name == "arith.constant"
+                and str(owner.attributes["value"]).strip() == "0 : i64")
+    except Exception:  # noqa: BLE001 - anything else is not the default stream
+        return False
+
+
 def host_problem(module: Any) -> str | None:
     """Why a module's host code may not be built for a GPU grading, or None."""
     for operation in _host_ops(module.operation):
@@ -115,6 +138,24 @@ def host_problem(module: Any) -> str | None:
             if not operation.regions or not len(operation.regions[0].blocks):  # a declaration: code from elsewhere
                 return ("host code declaring an external function: a GPU kernel's host function may not call into "
                         "the process")
+            try:
+                names = {str(operation.attributes[i].name) for i in range(len(operation.attributes))}
+            except Exception:  # noqa: BLE001 - unread is refused
+                names = {"(unreadable)"}
+            if names - FUNC_ATTRIBUTES:
+                return (f"a host function with attribute {sorted(names - FUNC_ATTRIBUTES)[0]}: linkage and other "
+                        "attributes can swap its body for code of the process")
+            continue
+        if operation.name == "cuda.cast":
+            try:
+                froms = [str(value.type) for value in operation.operands]
+                tos = [str(result.type) for result in operation.results]
+            except Exception:  # noqa: BLE001
+                froms, tos = ["(unreadable)"], []
+            if not (all(_CAST_FROM.match(t) for t in froms) and all(_CAST_TO.match(t) for t in tos)
+                    or _default_stream(operation)):
+                return (f"host code casting {', '.join(froms)[:60]} to {', '.join(tos)[:60]}: integers may not "
+                        "become pointers, streams or events")
             continue
         if forbidden(operation.name) or (operation.name == "cute.print" and not host_print_ok(operation)):
             return (f"host code with {operation.name}: a GPU kernel's host function may build layouts and launch, "

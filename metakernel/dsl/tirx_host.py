@@ -45,7 +45,18 @@ RAW_MEMORY = frozenset({
     "tirx.tvm_call_packed_lowered", "tirx.tvm_call_cpacked_lowered", "tirx.tvm_call_trace_packed_lowered",
     "tirx.handle_add_byte_offset", "tirx.call_extern", "tirx.call_pure_extern", "tirx.call_llvm_intrin",
     "tirx.call_llvm_pure_intrin", "tirx.lookup_param",
+    # lowered to packed calls of a name the source chooses, which the runtime looks up in TVM's global registry
+    # (session 28's red-teamer called `s_tir.meta_schedule.remove_build_dir` from host code; the tensor-map encoder
+    # writes a descriptor at any address)
+    "tirx.call_ffi_kernel", "tirx.tensormap_encode_tiled", "tirx.anylist_setitem_call_packed",
+    "tirx.anylist_setitem_call_cpacked",
 })
+#: What lowered host code may call by name: TVM's device setter and the kernels of the build (`<func>_kernel`,
+#: `<func>_kernel_<n>`, as TVM names the device functions it splits off). A name the runtime does not find among the
+#: module's kernels is looked up in TVM's global registry, where functions delete folders, load libraries and
+#: start processes.
+PACKED_CALLEES = re.compile(r"__tvm_set_device\Z|[A-Za-z_]\w*_kernel(?:_\d+)?\Z")
+PACKED_CALLS = frozenset({"tirx.tvm_call_packed_lowered", "tirx.tvm_call_cpacked_lowered"})
 
 #: Device source written as free text (`Tx.cuda.func_call(..., source_code=...)`): pasted into the generated CUDA
 #: unread by any check here, it read `%globaltimer` spelled as two joined C literals and declared cuBLAS's kernel
@@ -192,6 +203,11 @@ def host_problem(mod: Any) -> str | None:
             op = _op_name(node)
             if op is not None and op not in HOST_GLUE:
                 return f"host code calling {op.removeprefix('tirx.')} in {name}"
+            if op in PACKED_CALLS:
+                callee = getattr(node.args[0], "value", None) if len(node.args) else None
+                if not isinstance(callee, str) or not PACKED_CALLEES.match(callee):
+                    return (f"host code calling {str(callee)[:60]!r} by name in {name}: host code may only set the "
+                            "device and launch the build's kernels")
     return None
 
 

@@ -548,7 +548,8 @@ class _Checker:
         if (name == "cuda" and (origin.path or "").split(".")[0] == "cutlass") or (
                 name == "driver" and origin.path != "cuda.bindings"):
             return _CUDA_API  # the CUDA bindings under CuTe's names; torch.cuda and cuda.bindings.driver stay
-        if name == "ir" and (origin.path or "").split(".")[0] == "cutlass":  # `cutlass.runtime.ir`: MLIR bindings
+        if name == "ir" and ((origin.path or "").split(".")[0] == "cutlass" or getattr(self, "dsl", None) == "cute"):
+            # `cutlass.runtime.ir`, also through a local name (`rt = cutlass.runtime; rt.ir`, session 28)
             return "the MLIR bindings build modules of any text: write the kernel with cute's API (tvm.ir stays)"
         reason = MODULE_ATTRIBUTES.get(name) or FEATURE_ATTRIBUTES.get(name)
         reason = reason or next((why for pattern, why in ATTRIBUTE_PATTERNS if pattern.search(name)), None)
