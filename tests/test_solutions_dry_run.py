@@ -141,6 +141,11 @@ def test_cute_host_functions_keep_their_bodies_and_casts_make_no_pointers():
         stream = ir.Module.parse('module { func.func @f(%a: i64) { %s = "cuda.cast"(%a) : (i64) -> !cuda.stream\n'
                                  "func.return } }")
         assert "!cuda.stream" in (host_problem(stream) or "")  # a stream handle of the file's choosing
+        helper = ir.Module.parse("module { func.func @f(%a: i64) { %r = func.call @memcpy(%a) : (i64) -> i64\n"
+                                 "func.return }\n func.func @memcpy(%a: i64) -> i64 { func.return %a : i64 } }")
+        assert "func.call" in (host_problem(helper) or "")  # the fifth round: a helper named like libc's
+        second = ir.Module.parse("module { func.func @f() { func.return }\n func.func @memcpy() { func.return } }")
+        assert "second host function" in (host_problem(second) or "")
         assert "casting i64 to !llvm.ptr" in (host_problem(cast) or "")
         assert "llvm.linkage" in (host_problem(linkage) or "")
         assert host_problem(own) is None

@@ -179,6 +179,12 @@ ATTRIBUTE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^register_module_"), "global module hooks: they see the harness's calls"),
     (re.compile(r"^export"), "exporting compiled code writes files: keep it in memory"),
 )
+#: In a CuTe file: the MLIR objects behind the DSL's values and the raw dialect builders. An op's `.operation`
+#: gave MLIR's `Operation` class, whose `parse` and `create` made any op, and `.parent` / `.regions` / `.blocks`
+#: placed a function of the file's own in the module being traced (session 28's fifth red-teamer).
+CUTE_IR_NAMES: dict[str, str] = dict.fromkeys(
+    ("operation", "parent", "regions", "blocks", "erase", "parse", "nvvm_wrappers"),
+    "the MLIR objects and builders behind CuTe's values: write the kernel with cute's API")
 #: Names the DSL owns: fine on a chain of names starting at the DSL (`cute.compile`), refused on anything else.
 DSL_ONLY_ATTRIBUTES: dict[str, str] = {
     "compile": "torch.compile / Module.compile is another compiler: only cute.compile or tvm.compile",
@@ -551,6 +557,8 @@ class _Checker:
         if name == "ir" and ((origin.path or "").split(".")[0] == "cutlass" or getattr(self, "dsl", None) == "cute"):
             # `cutlass.runtime.ir`, also through a local name (`rt = cutlass.runtime; rt.ir`, session 28)
             return "the MLIR bindings build modules of any text: write the kernel with cute's API (tvm.ir stays)"
+        if name in CUTE_IR_NAMES and getattr(self, "dsl", None) == "cute":
+            return CUTE_IR_NAMES[name]
         reason = MODULE_ATTRIBUTES.get(name) or FEATURE_ATTRIBUTES.get(name)
         reason = reason or next((why for pattern, why in ATTRIBUTE_PATTERNS if pattern.search(name)), None)
         if reason:
