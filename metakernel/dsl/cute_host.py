@@ -138,13 +138,13 @@ def host_problem(module: Any) -> str | None:
     functions = 0
     for operation in _host_ops(module.operation):
         if operation.name == "func.func":
+            if not operation.regions or not len(operation.regions[0].blocks):  # a declaration: code from elsewhere
+                return ("host code declaring an external function: a GPU kernel's host function may not call into "
+                        "the process")
             functions += 1
             if functions > 1:
                 return ("a second host function in the module: the DSL traces one (nested @cute.jit calls are "
                         "inlined); functions of the file's own can stand for the process's")
-            if not operation.regions or not len(operation.regions[0].blocks):  # a declaration: code from elsewhere
-                return ("host code declaring an external function: a GPU kernel's host function may not call into "
-                        "the process")
             try:
                 names = {str(operation.attributes[i].name) for i in range(len(operation.attributes))}
             except Exception:  # noqa: BLE001 - unread is refused

@@ -183,7 +183,7 @@ ATTRIBUTE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
 #: gave MLIR's `Operation` class, whose `parse` and `create` made any op, and `.parent` / `.regions` / `.blocks`
 #: placed a function of the file's own in the module being traced (session 28's fifth red-teamer).
 CUTE_IR_NAMES: dict[str, str] = dict.fromkeys(
-    ("operation", "parent", "regions", "blocks", "erase", "parse", "nvvm_wrappers"),
+    ("operation", "parent", "regions", "blocks", "erase", "parse"),
     "the MLIR objects and builders behind CuTe's values: write the kernel with cute's API")
 #: Names the DSL owns: fine on a chain of names starting at the DSL (`cute.compile`), refused on anything else.
 DSL_ONLY_ATTRIBUTES: dict[str, str] = {

@@ -6,8 +6,8 @@ and prototype for the library's and the call copies. Pointers: a tensor argument
 (`cute.get_iter`, `cute.add_offset`). Ops made through MLIR's `Operation` class, reached as
 `type(op.operation)` of an llvm-dialect op view (`cute.arch.nvvm_wrappers.llvm.ZeroOp`), with no `.ir` in the
 file. On the CPU in run mode it read a bytes object and overwrote it, past the static rules and confinement. Now
-the static rules refuse `.operation`, `.parent`, `.regions`, `.blocks`, `.erase`, `.parse` and `.nvvm_wrappers`
-in a CuTe file, and host code may hold one function (the traced one) and no `func.call`.
+the static rules refuse `.operation`, `.parent`, `.regions`, `.blocks`, `.erase` and `.parse` in a CuTe
+file, and host code may hold one function (the traced one) and no `func.call`.
 
 Expected: rule_violation/static
 """
