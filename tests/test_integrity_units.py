@@ -351,6 +351,53 @@ def test_tirx_cuda_compile_reads_the_ptx_before_making_the_binary():
     assert [kind for kind, _ in asked] == ["ptx"]  # no binary is made of refused code
 
 
+def test_tirx_ptx_check_with_the_real_cuda_compiler_sees_what_the_source_text_hides():
+    """With this machine's CUDA toolkit (CI ships nvcc): the PTX of problem 28's gold TIRx kernel passes the check,
+    and a clock read whose register name a macro splits (no source-text check sees it: `base.source_clock` returns
+    None) is refused from the PTX before any binary is made."""
+    import pytest
+    import tvm
+
+    from metakernel.dsl import tirx_host
+    from metakernel.dsl.base import source_clock
+    from metakernel.dsl.tirx import ADAPTER
+
+    env = ADAPTER.environment(dry_run=True)
+    if env.get("TVM_CUDA_COMPILE_MODE") not in ("nvcc", "nvrtc"):
+        pytest.skip("no CUDA compiler on this machine")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gold28", PROBLEM_28 / "correct" / "tirx.py")
+    assert spec and spec.loader
+    gold = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gold)
+    target = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
+    built = tvm.compile(gold._make_kernel(4096), target=target, tir_pipeline="tirx")
+    [source] = [s for s in tirx_host.cuda_sources(built.mod) if "__global__" in s]
+    hidden = source + ('\n#define HALF "%%glob"\nextern "C" __global__ void stamp(unsigned long long* o) {\n'
+                       '  unsigned long long t; asm volatile("mov.u64 %0, " HALF "altimer;" : "=l"(t)); *o = t; }\n')
+    assert source_clock(hidden) is None
+    made: list[str] = []
+    checked = tirx_host.ptx_checked(lambda code, *args: made.append(code) or b"binary")
+    saved = {k: os.environ.get(k) for k in ("TVM_CUDA_COMPILE_MODE", "CUDA_PATH", "PATH")}
+    os.environ.update({k: v for k, v in env.items() if k in saved})
+    try:
+        with target:
+            assert checked(source) == b"binary"
+            try:
+                checked(hidden)
+                raise AssertionError("a clock the PTX shows was built")
+            except PermissionError as exc:
+                assert "globaltimer in the compiled PTX" in str(exc)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    assert made == [source]
+
+
 def test_randomize_ablation_restores_what_the_launch_did_not_write():
     """Arguments a launch only reads (inputs, sentinels) get their values back; what it wrote stays."""
     gate = LaunchGate(mode="run", randomize=True)
