@@ -275,6 +275,20 @@ def source_clock(text: str) -> str | None:
     return None
 
 
+def ptx_problem(text: str) -> str | None:
+    """Why compiled PTX may not run in a GPU grading (it reads a GPU clock), or None.
+
+    The checks of each DSL's IR read each op and string alone; the PTX is where every spelling ends (asm variants
+    and operands expanded, names finished, macros and intrinsics lowered), so the clock class does not depend on
+    knowing every route to it. Both DSLs read their PTX with it (CuTe's compiles, TVM's CUDA compile callback).
+    """
+    clock = source_clock(text)
+    if clock:
+        return (f"device code reading a GPU clock ({clock.strip()} in the compiled PTX): kernels may not time "
+                "themselves or tell calls apart")
+    return None
+
+
 def refuse_native_code(what: str) -> None:
     """Raise the audit event first (the child's hook records it and raises), then refuse in any case."""
     sys.audit(NATIVE_CODE_EVENT, what)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from metakernel.dsl.base import CLOCK_REGISTERS, refuse_native_code, source_clock
+from metakernel.dsl.base import CLOCK_REGISTERS, ptx_problem, refuse_native_code
 
 #: Ops of other dialects a host function may hold (an allowlist: the gold kernels' host functions use these). No
 #: `func.call`: the DSL inlines nested `@cute.jit` calls, so a traced module holds one host function and calls none;
@@ -239,13 +239,6 @@ def _op_problem(operation: Any) -> str | None:
     return None
 
 
-def _top_ops(module: Any) -> Any:
-    for region in module.operation.regions:
-        for block in region.blocks:
-            for inner in block.operations:
-                yield inner.operation
-
-
 def _device_ops(op: Any, inside: bool = False) -> Any:
     """Every op nested in `op` inside device-code regions."""
     for region in op.regions:
@@ -315,20 +308,6 @@ def option_problem(dsl: Any) -> str | None:
             return LINKED_PROBLEM
         if isinstance(value, str) and ("'" in value or '"' in value):
             return f"compile option {name or key!r} whose value holds a quote: it would write options of its own"
-    return None
-
-
-def ptx_problem(text: str) -> str | None:
-    """Why a compiled kernel's PTX may not run in a GPU grading (it reads a GPU clock), or None.
-
-    The MLIR checks above read each op and string alone; the PTX is where every spelling ends (LLVM's asm printer
-    expands variants and operands, names are finished, intrinsics lowered), so the clock class does not depend on
-    knowing every route to it (`base.source_clock`, the same reading TIRx's generated CUDA source gets).
-    """
-    clock = source_clock(text)
-    if clock:
-        return (f"device code reading a GPU clock ({clock.strip()} in the compiled PTX): kernels may not time "
-                "themselves or tell calls apart")
     return None
 
 
@@ -432,7 +411,7 @@ def confine() -> None:
             problem = problem or "a compile pipeline of the file's own: only the DSL's default pipeline"
         if problem:
             refuse_native_code(problem)
-        device_code = any(op.name in DEVICE_OPS for op in _top_ops(module))
+        device_code = next(_device_ops(module.operation), None) is not None
         path = self.compile_options.full_ptx_path  # where this compile writes its PTX (options reset after it)
         if path and os.path.isfile(path):
             os.unlink(path)  # an earlier compile's file of the same name is not this one's

@@ -27,7 +27,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from metakernel.dsl.base import CLOCK_REGISTERS, source_clock
+from metakernel.dsl.base import CLOCK_REGISTERS, ptx_problem, source_clock
 from metakernel.dsl.base import refuse_native_code as refuse
 
 #: Calls TVM's lowering puts into a GPU module's host functions: argument unpacking and checks, the launch.
@@ -317,21 +317,12 @@ def confine() -> None:
     CONFINEMENT.active = True
 
 
-def ptx_problem(text: str) -> str | None:
-    """Why a CUDA module's PTX may not run in a GPU grading (it reads a GPU clock), or None."""
-    clock = source_clock(text)
-    if clock:
-        return (f"device code reading a GPU clock ({clock.strip()} in the compiled PTX): kernels may not time "
-                "themselves or tell calls apart")
-    return None
-
-
 def ptx_checked(compile_cuda: Any, to_ptx: Any = None, _problem: Any = ptx_problem, _refuse: Any = refuse) -> Any:
     """TVM's CUDA compile callback, with the module's PTX read for GPU clocks before the binary is made.
 
     `built_problem` reads the CUDA source, as the C compiler's lexer would; what only the preprocessor or the
     compiler shows (a macro holding half a register's name, an intrinsic the source names otherwise) ends in the
-    PTX, as CuTe's check reads it (`cute_host.ptx_problem`). NVRTC makes a loadable binary only from a real
+    PTX, as CuTe's check reads it (`base.ptx_problem`). NVRTC makes a loadable binary only from a real
     architecture and PTX only from a virtual one, so the source is compiled to PTX once more for the check (the
     same compiler and options; `to_ptx` is TVM's `compile_cuda` unless a test passes another).
     """
