@@ -108,6 +108,17 @@ PROBLEM_28 = Path(__file__).resolve().parents[1] / "solutions/mlp_norm/28_fused_
 RT_KERNEL_INFO = PROBLEM_28 / "wrong/rt_cute_kernel_info_torch_names.py"
 
 
+def _load_file(path: Path) -> Any:
+    """A kernel file imported as a module of its own (this process: no hooks, no confinement)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _confined_cute_solves(paths: list[Path], prelude: str = "") -> list[list[Any]]:
     """Each file's `solve` on problem 28's inputs, in one fresh process with CuTe's launch hooks and confinement in
     place as a checked child has them (hooks are per process): per file `["launched", launches, kernel names]` or
@@ -365,14 +376,9 @@ def test_tirx_ptx_check_with_the_real_cuda_compiler_sees_what_the_source_text_hi
     env = ADAPTER.environment(dry_run=True)
     if env.get("TVM_CUDA_COMPILE_MODE") not in ("nvcc", "nvrtc"):
         pytest.skip("no CUDA compiler on this machine")
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("gold28", PROBLEM_28 / "correct" / "tirx.py")
-    assert spec and spec.loader
-    gold = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gold)
     target = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
-    built = tvm.compile(gold._make_kernel(4096), target=target, tir_pipeline="tirx")
+    built = tvm.compile(_load_file(PROBLEM_28 / "correct" / "tirx.py")._make_kernel(4096), target=target,
+                        tir_pipeline="tirx")
     [source] = [s for s in tirx_host.cuda_sources(built.mod) if "__global__" in s]
     hidden = source + ('\n#define HALF "%%glob"\nextern "C" __global__ void stamp(unsigned long long* o) {\n'
                        '  unsigned long long t; asm volatile("mov.u64 %0, " HALF "altimer;" : "=l"(t)); *o = t; }\n')
@@ -695,28 +701,17 @@ def test_a_clock_in_the_generated_device_source_is_refused_whatever_op_wrote_it(
     %globaltimer through two joined C literals and `clock64()` in free text. The device source TVM generated is
     read as the CUDA compiler reads it: that file's kernel (its route closed by name since) is refused there with
     the op check out of the way, an honest gold kernel's source is not, and the usual spellings are all found."""
-    import importlib.util
-    from pathlib import Path
-
     import tvm
 
     from metakernel.dsl import tirx_host
     from metakernel.dsl.base import source_clock
 
-    root = Path(__file__).resolve().parents[1] / "solutions" / "mlp_norm" / "28_fused_add_rmsnorm_h4096"
-
-    def load(path: Path) -> Any:
-        spec = importlib.util.spec_from_file_location(path.stem, path)
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-
     target = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
-    funccall = load(root / "wrong" / "rt_tirx_funccall_globaltimer.py")
-    symbol = load(root / "wrong" / "rt_tirx_symbol_macro_globaltimer.py")  # session 26: `#define`s in a symbol
-    stringify = load(root / "wrong" / "rt_tirx_pragma_import_c_stringify_clock.py")  # session 26: pasted C text
-    digraph = load(root / "wrong" / "rt_tirx_pragma_import_c_digraph_clock.py")
+    wrong = PROBLEM_28 / "wrong"
+    funccall = _load_file(wrong / "rt_tirx_funccall_globaltimer.py")
+    symbol = _load_file(wrong / "rt_tirx_symbol_macro_globaltimer.py")  # session 26: `#define`s in a symbol
+    stringify = _load_file(wrong / "rt_tirx_pragma_import_c_stringify_clock.py")  # session 26: pasted C text
+    digraph = _load_file(wrong / "rt_tirx_pragma_import_c_digraph_clock.py")
     for cheat, clock in ((funccall.add_rmsnorm_stamped, "globaltimer"), (symbol._module(4096), "##"),
                          (stringify._make_kernel(4096), "#define"), (digraph._make_kernel(4096), "%:")):
         refused: list[str] = []
@@ -738,7 +733,7 @@ def test_a_clock_in_the_generated_device_source_is_refused_whatever_op_wrote_it(
     assert "C identifiers" in (tirx_host.source_problem(symbol._module(4096)) or "")
     for pasted in (stringify, digraph):
         assert "pragma_import_c" in (tirx_host.source_problem(pasted._make_kernel(4096)) or "")
-    tagged = load(root / "wrong" / "rt_tirx_thread_tag_clock.py")  # a thread tag holding C text (third round)
+    tagged = _load_file(wrong / "rt_tirx_thread_tag_clock.py")  # a thread tag holding C text (third round)
     assert "thread tag" in (tirx_host.source_problem(tagged._make_kernel(4096)) or "")
 
     from tvm.script import tirx as Tx
@@ -753,7 +748,7 @@ def test_a_clock_in_the_generated_device_source_is_refused_whatever_op_wrote_it(
 
     assert "C syntax" in (tirx_host.source_problem(printing) or "")
 
-    gold = load(root / "correct" / "tirx.py")
+    gold = _load_file(PROBLEM_28 / "correct" / "tirx.py")
     honest = tvm.compile(gold._make_kernel(4096), target=target, tir_pipeline="tirx")
     assert tirx_host.built_problem(honest) is None
 
