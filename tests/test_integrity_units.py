@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 
 from metakernel.compare import Expected
@@ -282,12 +283,13 @@ with ir.Context():
     assert any(line.startswith("text refused") for line in lines), lines
 
 
-def test_tirx_host_code_calls_by_name_only_the_device_setter_and_the_builds_kernels():
+def test_tirx_host_code_calls_by_name_only_the_device_setter_and_the_builds_kernels(tmp_path):
     """`Tx.call_ffi_kernel(name)` and the tensor-map encoder lower to packed calls by name, which the runtime finds
     in TVM's global registry when the module holds no such kernel (session 28's red-teamer deleted a folder through
     `s_tir.meta_schedule.remove_build_dir`). The source check refuses both ops; with it out of the way, the host
     check of the LLVM build refuses the calls (in a confined process: the builder is replaced process-wide), and the
-    gold kernel, whose host code calls `__tvm_set_device` and its kernel, builds."""
+    gold kernel, whose host code calls `__tvm_set_device` and its kernel, builds. A name shaped like a kernel's that
+    the build's CUDA modules do not define is refused too (libtorch exports MKL functions named `*_kernel`)."""
     import subprocess
     import sys
 
@@ -305,10 +307,14 @@ wrong = {str(PROBLEM_28 / "wrong")!r}
 ffi = load(wrong + "/rt_tirx_host_call_ffi_any_global.py")._make_kernel(4096)
 tmap = load(wrong + "/rt_tirx_tensormap_encode_write.py")._make_kernel(64)
 gold = load({str(PROBLEM_28 / "correct" / "tirx.py")!r})._make_kernel(4096)
+alias_path = {str(tmp_path / "alias.py")!r}
+open(alias_path, "w").write(open(wrong + "/rt_tirx_host_call_ffi_any_global.py").read().replace(
+    '"runtime.TVMSetStream"', '"mkl_blas_kernel"'))
+alias = load(alias_path)._make_kernel(4096)
 print("source:", tirx_host.source_problem(ffi), "|", tirx_host.source_problem(tmap))
 tirx_host.confine()
 target = tvm.target.Target({{"kind": "cuda", "arch": "sm_90a"}})
-for mod in (ffi, tmap, gold):
+for mod in (ffi, tmap, alias, gold):
     try:
         tirx_host.checked_build(tvm.compile, mod, target=target, tir_pipeline="tirx", _problem=lambda mod: None)
         print("built")
@@ -318,14 +324,72 @@ for mod in (ffi, tmap, gold):
     root = PROBLEM_28.parents[2]
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, cwd=root)
     assert out.returncode == 0, out.stderr[-2000:]
-    source, ffi, tmap, gold = out.stdout.strip().splitlines()[-4:]
+    source, ffi, tmap, alias, gold = out.stdout.strip().splitlines()[-5:]
     assert "call_ffi_kernel" in source and "tensormap_encode_tiled" in source, source
     assert "'runtime.TVMSetStream' by name" in ffi, ffi
     assert "'runtime.cuTensorMapEncodeTiled' by name" in tmap, tmap
+    assert "'mkl_blas_kernel' by name" in alias, alias
     assert gold == "built", gold
     allowed = [n for n in ("main_kernel", "main_kernel_1", "__tvm_set_device", "tvm_callback_cuda_compile",
                            "runtime.TVMSetStream") if tirx_host.PACKED_CALLEES.match(n)]
     assert allowed == ["main_kernel", "main_kernel_1", "__tvm_set_device"]
+
+
+def test_tirx_builds_refuse_after_a_registry_change_and_host_code_may_not_make_pointers():
+    """A lowering rule registered for an op runs Python of the file's inside `tvm.compile`, after the source check:
+    session 29's red-teamer rewrote the gold kernel's host glue into an 8-byte write at `id(obj) + 32`. With the
+    static rules out of the way (the file imported directly): the build is refused because TVM's registry changed
+    since `confine`; with that check out of the way too, the host check refuses the integer made a pointer; and a
+    write through the arguments (no integer involved) is refused because host code writes only its own stack. The
+    gold kernel builds twice in a row (the registry recorded after each build)."""
+    import subprocess
+    import sys
+
+    script = f"""
+import importlib.util, tvm
+from metakernel.dsl import tirx_host
+def load(path):
+    spec = importlib.util.spec_from_file_location("k", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+tirx_host.confine()
+target = tvm.target.Target({{"kind": "cuda", "arch": "sm_90a"}})
+def build(mod):
+    try:
+        tirx_host.checked_build(tvm.compile, mod, target=target, tir_pipeline="tirx")
+        return "built"
+    except Exception as exc:
+        return "refused: " + str(exc).splitlines()[-1]
+gold = load({str(PROBLEM_28 / "correct" / "tirx.py")!r})
+print(build(gold._make_kernel(4096)))
+print(build(gold._make_kernel(2048)))
+hooked = load({str(PROBLEM_28 / "wrong" / "rt_tirx_op_attr_host_write.py")!r})
+print(build(hooked._make_kernel(4096)))
+tirx_host.CONFINEMENT.registry = None
+print(build(hooked._make_kernel(4096)))
+done = []
+def through_args(call):
+    args = [v for v in call.args if "handle" in str(getattr(v, "ty", ""))]
+    if done or not args:
+        return call
+    done.append(call)
+    store = tvm.ir.Call("tirx.tvm_struct_set", [args[0], tvm.tirx.IntImm("int32", 0), tvm.tirx.IntImm("int32", 1),
+                                                 args[0]], ret_ty="int32")
+    return tvm.tirx.Or(call, tvm.tirx.EQ(store, tvm.tirx.IntImm("int32", 7)))
+tvm.ir.register_op_attr("tirx.isnullptr", "llvm.FLowerIntrinsic", through_args, level=100)
+print(build(gold._make_kernel(1024)), flush=True)
+import os
+os._exit(0)  # TVM still holds the Python lowering rule: freeing it at shutdown crashes the interpreter
+"""
+    root = PROBLEM_28.parents[2]
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, cwd=root)
+    assert out.returncode == 0, out.stderr[-2000:]
+    gold, again, registry, pointer, stack = out.stdout.strip().splitlines()[-5:]
+    assert gold == again == "built", (gold, again)
+    assert "TVM's registry changed" in registry and "tirx.isnullptr llvm.FLowerIntrinsic" in registry, registry
+    assert pointer.startswith("refused") and "reinterpret" in pointer and "int64" in pointer, pointer
+    assert "tvm_struct_set on" in stack, stack
 
 
 def test_tirx_cuda_compile_reads_the_ptx_before_making_the_binary():
@@ -415,6 +479,42 @@ def test_randomize_ablation_restores_what_the_launch_did_not_write():
     result = written.clone()
     gate.after_launch()
     assert torch.equal(read, before) and torch.equal(written, result)
+
+
+def test_randomize_ablation_restores_element_by_element_and_never_waits_for_the_gpu(monkeypatch):
+    """The restore keeps what the launch wrote element by element, and the gate never synchronises: a kernel that
+    polled its stream right after a launch saw it idle only in audited and perturbed calls, while the gate waited
+    (session 29's red-teamer ran its honest path exactly there)."""
+    waits: list[str] = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: waits.append("synchronize"))
+    gate = LaunchGate(mode="run", randomize=True, audit=True)
+    out = torch.randn(64)
+    assert gate.should_launch((out,))
+    perturbed = out.clone()
+    out[:16] = 7.0  # the "kernel" writes a quarter of its argument
+    gate.after_launch()
+    assert torch.equal(out[:16], torch.full((16,), 7.0)) and not torch.equal(out[16:], perturbed[16:])
+    assert waits == [] and gate.audited[-1].after is not None
+
+
+def test_the_gate_refuses_device_memory_it_cannot_read():
+    """CuTe's own runtime wrappers (`from_dlpack`, `make_ptr`) have no `__dlpack__`: the gate saw no tensor, so the
+    audit copied nothing and the randomise ablation randomised nothing (session 29's red-teamer handed the eager
+    answer to a copy kernel that way). Such an argument is refused, in the free check too."""
+    from cutlass.cute.runtime import from_dlpack
+
+    wrapped = from_dlpack(torch.randn(8, 16))
+    for gate in (LaunchGate(mode="intercept"), LaunchGate(mode="run", audit=True),
+                 LaunchGate(mode="run", randomize=True), LaunchGate(mode="suppress")):
+        with pytest.raises(PermissionError, match="cannot read"):
+            gate.should_launch((wrapped, 3))
+        with pytest.raises(PermissionError, match="cannot read"):
+            gate.should_launch(((torch.zeros(2), wrapped),))
+    assert LaunchGate(mode="run").should_launch((wrapped,))  # timed calls pay nothing; the audit call refuses
+    from cuda.bindings.driver import CUstream
+
+    with pytest.raises(PermissionError, match="stream the file chose"):  # the gate's copies would not be ordered
+        LaunchGate(mode="run", audit=True).should_launch((torch.zeros(4), CUstream(0)))
 
 
 def test_randomize_ablation_changes_one_element_integers_and_bools():

@@ -705,6 +705,15 @@ def test_odds_and_ends(snippet: str, needle: str) -> None:
     ("f = cute.arch.nvvm_wrappers.llvm.call_intrinsic", ".call_intrinsic"),
     ("import enum\nimport functools\np = functools.partial(enum.Enum, 'R')", "used as a value"),
     ("import enum\nclass C(enum.Enum):\n    A = 1\nR = type(C.A)('R', [('a', 1)])", "type(...)(...)"),
+    # session 29's red-teamer: lowering rules registered in TVM's operator registry run inside tvm.compile
+    ("import tvm\ntvm.tirx.register_intrin_lowering('tirx.isnullptr', 'llvm', f=len, level=99)",
+     ".register_intrin_lowering"),
+    ("import tvm\ntvm.ir.register_op_attr('tirx.isnullptr', 'llvm.FLowerIntrinsic', len, level=99)",
+     ".register_op_attr"),
+    ("import tvm\ndef f(call):\n    call.op.set_attr('llvm.FLowerIntrinsic', len, 99)", ".set_attr"),
+    ("import tvm\nfrom tvm.tirx.operator.tile_primitive import dispatcher\nd = dispatcher.register_dispatch",
+     "register_dispatch"),
+    ("import tvm\ntvm.tirx.compilation_pipeline.PIPELINE_MAP['tirx'] = len", ".PIPELINE_MAP"),
 
 ])
 def test_cuda_bindings_and_library_routes_are_refused(snippet: str, needle: str) -> None:

@@ -46,8 +46,8 @@ class LaunchGate:
     after it returned (`AuditedLaunch.after`, None where a route has no after-hook), so the grader can tell an
     answer handed in from one an earlier DSL launch of the same call computed.
     `randomize`: the dependency ablation. Before each launch its tensor arguments are overwritten with random
-    values (floats) or shuffled (integers, so indices stay in range); after it, every argument the launch did not
-    write gets its values back (`after_launch`), so eager code after the launch sees the true inputs. If the
+    values (floats) or shuffled (integers, so indices stay in range); after it, every element the launch did not
+    write gets its value back (`after_launch`), so eager code after the launch sees the true inputs. If the
     outputs are still right, the values the DSL computed did not matter.
     `only`: restrict "suppress" and `randomize` to the launches of one compiled unit (the set of device symbols a
     launch runs); other launches run untouched. The grader asks this per unit so that a DSL kernel whose values
@@ -84,6 +84,8 @@ class LaunchGate:
         unit = tuple(sorted(names))
         self.units.add(unit)
         targeted = self.only is None or bool(self.only.intersection(unit))
+        if self.mode == "intercept":  # the free check refuses what an audit would (`_tensors` fails closed)
+            _tensors(args, kwargs or {})
         if self.audit:
             live = _tensors(args, kwargs or {})
             with self._aside():
@@ -140,18 +142,17 @@ class LaunchGate:
                                            device=tensor.device, dtype=torch.int64).to(tensor.dtype))
 
     def after_launch(self) -> None:
-        """Called by the hooks once a launch returned: give back the values of every argument it did not write.
+        """Called by the hooks once a launch returned: give back the values of every element it did not write.
 
         Problem inputs then hold their true values for eager code after the launch, and an argument the kernel
         only reads (a sentinel that would reveal the ablation) looks untouched; what the kernel wrote stays.
-        In an audit call, the launch's tensor arguments are copied once it finished.
+        In an audit call, the launch's tensor arguments are copied once it finished. Everything here and in
+        `_perturb` is queued on the current stream, the launch's own (TVM-FFI and TIRx launch there), with no host
+        synchronisation: a kernel that polls its stream right after a launch saw it idle in audited and perturbed
+        calls only, while the gate waited for the GPU (session 29's red-teamer ran its honest path exactly then).
         """
         last = self.audited[-1] if self.audit and self.audited else None
         if last is not None and last.after is None and last.live:
-            import torch
-
-            if torch.cuda.is_available():
-                torch.cuda.synchronize()
             with self._aside():
                 last.after = [t.detach().clone() for t in last.live]
             last.live = []
@@ -159,19 +160,14 @@ class LaunchGate:
             return
         import torch
 
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()  # the launch may be on any stream: let it finish first
         with self._aside():
             for view, saved, perturbed in self._restore:
-                if torch.equal(view, perturbed):
-                    view.copy_(saved)
+                view.copy_(torch.where(view == perturbed, saved, view))
             self._restore = []
 
     def _perturb(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         import torch
 
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
         for tensor in _tensors(args, kwargs):
             if tensor.numel() == 0:
                 continue
@@ -204,7 +200,13 @@ class LaunchGate:
 
 
 def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
-    """The torch tensors among a launch's arguments, DLPack-capable objects converted (sharing memory)."""
+    """The torch tensors among a launch's arguments, DLPack-capable objects converted (sharing memory).
+
+    Fails closed: memory the gate cannot see as a torch tensor is refused (`_unreadable`), since the audit, the
+    ablations and the poison fill would all pass it by. Session 29's red-teamer handed the eager answer to a CuTe
+    copy kernel as `cute.runtime.from_dlpack` tensors, which have no `__dlpack__`: the audit copied nothing and the
+    randomise ablation randomised nothing ("not conclusive").
+    """
     import torch
 
     out = []
@@ -213,11 +215,36 @@ def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         if tensor is None and hasattr(value, "__dlpack__") and not isinstance(value, type):
             try:
                 tensor = torch.from_dlpack(value)
-            except Exception:  # noqa: BLE001 - not every DLPack object is convertible; skip it
-                tensor = None
+            except Exception:  # noqa: BLE001 - a DLPack object torch cannot map: memory the gate cannot read
+                refuse_native_code(f"a launch argument the grader cannot read as a tensor ({type(value).__name__})")
+        if tensor is None and _stream(value):
+            refuse_native_code(
+                f"a launch on a stream the file chose ({type(value).__name__} argument): launch on torch's current "
+                "stream (CuTe: the TVM-FFI environment stream), where the grader's audit and ablations are ordered")
+        if tensor is None and _unreadable(value):
+            refuse_native_code(
+                f"a launch argument the grader cannot read ({type(value).__name__}: a DSL's own wrapper of device "
+                "memory); pass torch tensors (CuTe: the TVM-FFI route, options='--enable-tvm-ffi')")
         if tensor is not None:
             out.append(tensor)
     return out
+
+
+def _stream(value: Any) -> bool:
+    """A CUDA stream handed to a launch: the gate's copies and fills are queued on torch's current stream, and
+    would not be ordered with a launch on another (an answer written there could be copied before it lands)."""
+    if isinstance(value, (tuple, list)):
+        return any(_stream(item) for item in value)
+    return any(getattr(klass, "__module__", "").startswith(("cuda.", "torch.cuda"))
+               and klass.__name__ in ("CUstream", "Stream", "ExternalStream") for klass in type(value).__mro__)
+
+
+def _unreadable(value: Any) -> bool:
+    """Device memory in a wrapper of a DSL's own (CuTe's runtime tensors and pointers, their subclasses too)."""
+    if isinstance(value, (tuple, list)):
+        return any(_unreadable(item) for item in value)
+    return any(getattr(klass, "__module__", "").startswith(("cutlass.cute", "cutlass.base_dsl"))
+               and klass.__name__ in ("Tensor", "Pointer") for klass in type(value).__mro__)
 
 
 #: The audit event an adapter raises when candidate code reaches for native host code (`DslAdapter.confine`); the

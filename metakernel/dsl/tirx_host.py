@@ -24,7 +24,7 @@ a GPU clock ends), and that CUDA source after it (`built_problem`).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Any
 
 from metakernel.dsl.base import CLOCK_REGISTERS, ptx_problem, source_clock
@@ -91,6 +91,10 @@ class _Confinement:
     def __init__(self) -> None:
         self.active = False
         self.checked_builds = 0
+        # the kernels the CUDA builds of the build in progress defined (TVM builds device modules before the host
+        # module that launches them): the only `*_kernel` names host code may call
+        self.kernels: set[str] = set()
+        self.registry: dict[str, Any] | None = None  # `registry_state` when confined
 
 
 CONFINEMENT = _Confinement()
@@ -193,22 +197,95 @@ def source_problem(mod: Any) -> str | None:
     return None
 
 
-def host_problem(mod: Any) -> str | None:
-    """Why a module LLVM is about to build holds more than argument glue, or None."""
+#: Statements and expressions that bind a variable (`stack: T.let = T.tvm_stack_alloca(...)` prints as one).
+BINDINGS = frozenset({"tirx.Bind", "tirx.LetStmt", "prim.Let", "tirx.Let"})
+#: What may hold the argument stack a host function fills for its packed calls.
+STACKS = frozenset({"tirx.tvm_stack_alloca", "tirx.tvm_stack_make_array", "tirx.tvm_stack_make_shape"})
+STRUCT_ACCESS = frozenset({"tirx.tvm_struct_get", "tirx.tvm_struct_set"})
+
+
+def _handle(obj: Any) -> Any:
+    try:
+        return int(obj.__chandle__())
+    except Exception:  # noqa: BLE001
+        return id(obj)
+
+
+def _type_text(expr: Any) -> str:
+    return str(getattr(expr, "ty", None) or getattr(expr, "dtype", "?"))
+
+
+def _is_pointer(expr: Any) -> bool:
+    ty = getattr(expr, "ty", None)
+    if ty is not None:
+        return type(ty).__name__ == "PointerType" or str(ty).startswith("T.handle")
+    return str(getattr(expr, "dtype", "")) == "handle"
+
+
+def _pointer_problem(node: Any) -> str | None:
+    """Why a host IR node makes a pointer of an integer or moves one by a computed distance, or None.
+
+    TVM's glue only reinterprets one pointer type as another and steps over a fixed header
+    (`handle_add_byte_offset(args[i], 24)`); a handle made of an integer, or moved by one, reads and writes
+    wherever `tvm_struct_get`/`tvm_struct_set` are pointed (session 29's red-teamer wrote 8 bytes at `id(obj) + 32`).
+    """
+    kind = type(node).__tvm_ffi_type_info__.type_key
+    if kind in ("prim.Cast", "tirx.Cast") and (_is_pointer(node) or _is_pointer(node.value)):
+        return f"casting {_type_text(node.value)} to {_type_text(node)}"
+    op = _op_name(node)
+    if op == "tirx.reinterpret" and node.args and _is_pointer(node) != _is_pointer(node.args[0]):
+        return f"reinterpreting {_type_text(node.args[0])} as {_type_text(node)}"
+    if op == "tirx.handle_add_byte_offset" and len(node.args) > 1:
+        offset = node.args[1]
+        if type(offset).__tvm_ffi_type_info__.type_key != "ir.IntImm" or not 0 <= int(offset.value) < 4096:
+            return "moving a pointer by a computed or large distance"
+    return None
+
+
+def host_problem(mod: Any, kernels: Collection[str] | None = None) -> str | None:
+    """Why a module LLVM is about to build holds more than argument glue, or None.
+
+    `kernels`, where given, are the kernels the build's CUDA modules define: a packed call of a `*_kernel` name
+    must then name one of them (TVM 0.27 resolves such a name within the module, but a name it does not find there
+    would go to the process's symbols and TVM's registry, where libtorch exports MKL's `*_kernel` functions).
+    """
     for name, func in _functions(mod):
+        stacks = {_handle(node.var) for node in ir_nodes(func)
+                  if type(node).__tvm_ffi_type_info__.type_key in BINDINGS and _op_name(node.value) in STACKS}
         for node in ir_nodes(func):
+            access = _op_name(node)
+            if access in STRUCT_ACCESS:
+                fixed = all(type(arg).__tvm_ffi_type_info__.type_key == "ir.IntImm" for arg in node.args[1:3])
+                if not fixed or (access == "tirx.tvm_struct_set" and _handle(node.args[0]) not in stacks):
+                    return (f"host code {access.removeprefix('tirx.')} on {str(node.args[0])[:60]} in {name}: "
+                            "host code may only read its arguments' fields and fill its own argument stack")
             if type(node).__tvm_ffi_type_info__.type_key in BUFFER_ACCESS:
                 return (f"host code that accesses buffer {node.buffer.name} in {name}: a GPU kernel's host code may "
                         "only unpack arguments and launch; compute in the kernel (no llvm-target functions)")
+            pointer = _pointer_problem(node)
+            if pointer:
+                return f"host code {pointer} in {name}: host code may only pass on the pointers it is given"
             op = _op_name(node)
             if op is not None and op not in HOST_GLUE:
                 return f"host code calling {op.removeprefix('tirx.')} in {name}"
             if op in PACKED_CALLS:
                 callee = getattr(node.args[0], "value", None) if len(node.args) else None
-                if not isinstance(callee, str) or not PACKED_CALLEES.match(callee):
+                if (not isinstance(callee, str) or not PACKED_CALLEES.match(callee)
+                        or kernels is not None and callee != "__tvm_set_device" and callee not in kernels):
                     return (f"host code calling {str(callee)[:60]!r} by name in {name}: host code may only set the "
                             "device and launch the build's kernels")
     return None
+
+
+def kernel_symbols(mod: Any) -> set[str]:
+    """The global symbols of the functions an IRModule defines."""
+    out = set()
+    for func in mod.functions.values():
+        attrs = getattr(func, "attrs", None)
+        name = attrs.get("global_symbol") if attrs is not None else None
+        if name is not None:
+            out.add(str(name))
+    return out
 
 
 def _module_key(mod: Any) -> int:
@@ -268,8 +345,72 @@ def built_problem(built: Any) -> str | None:
     return None
 
 
+#: Op attributes TVM's passes and code generators look up: a Python function set as one of them (a lowering rule,
+#: a legalisation) runs inside the compiler after the source was checked. Each per target kind, and the plain keys.
+_TARGET_KINDS = ("default", "llvm", "cuda", "nvptx", "rocm", "metal", "opencl", "webgpu", "hexagon", "aarch64", "c",
+                 "cuda.fastmath", "llvm.fastmath", "default.fastmath")
+OP_ATTR_KEYS = tuple(f"{kind}.{key}" for kind in _TARGET_KINDS for key in ("FLowerIntrinsic", "FLegalize")) + (
+    "FLowerBuiltin", "FCallPacked", "FNormalize", "FPurity", "TCallEffectKind", "TGlobalSymbol", "TVectorizable",
+    "TDeviceIntrinsicNamespace", "FInferMixedPrecision", "TMixedPrecisionPolicy", "FInferType", "dist.FInferType",
+    "TScriptPrinterName")
+
+
+def registry_state() -> dict[str, Any]:
+    """What TVM's registries hold that its compile calls, by object identity.
+
+    That is the global function registry, the operators' compiler attributes and the Python tables the compile
+    reads (named pipelines, tile-primitive lowering cases).
+
+    TVM's compile calls Python registered in either (an op's `llvm.FLowerIntrinsic`, a `tvm_callback_*` global)
+    after `source_problem` has read the source: session 29's red-teamer registered a lowering rule for `isnullptr`
+    that rewrote the gold kernel's host glue into an 8-byte write at any address, and one for `rsqrt` that put a
+    refused `call_extern` into device code. `confine` records this state once the grader's own entries are in, and
+    each checked build again when it ends (TVM may register entries lazily while it builds); `checked_build` refuses
+    to build after any change made between them, whatever route made it. ~50 ms for ~28k entries.
+    """
+    import tvm
+    import tvm_ffi
+
+    def identity(value: Any) -> Any:
+        handle = getattr(value, "__chandle__", None)
+        return ("object", handle()) if callable(handle) else ("value", repr(value))
+
+    out: dict[str, Any] = {}
+    # the Python tables TVM's compile reads: named pipelines and the tile primitives' lowering cases
+    from tvm.tirx import compilation_pipeline
+    from tvm.tirx.operator.tile_primitive import dispatcher
+
+    for name, factory in compilation_pipeline.PIPELINE_MAP.items():
+        out["pipeline " + name] = ("python", id(factory))
+    for (op, kind), cases in getattr(dispatcher, "_DISPATCH_TABLE", {}).items():
+        out[f"dispatch {op.name} {kind}"] = ("python", tuple(id(case.impl) for case in cases))
+    for name in tvm_ffi.registry.list_global_func_names():
+        out["function " + name] = identity(tvm_ffi.get_global_func(name, allow_missing=True))
+    for name in tvm.ir.Op.list_op_names():
+        op = tvm.ir.Op.get(name)
+        for key in OP_ATTR_KEYS:
+            if op.has_attr(key):
+                out[f"op {name} {key}"] = identity(op.get_attr(key))
+    return out
+
+
+def _registry_problem(_state: Any = registry_state) -> str | None:
+    """Why TVM's registries no longer hold what `confine` recorded, or None."""
+    recorded = CONFINEMENT.registry
+    if recorded is None:
+        return None
+    now = _state()
+    changed = sorted(key for key in recorded.keys() | now.keys() if recorded.get(key) != now.get(key))
+    if not changed:
+        return None
+    return (f"TVM's registry changed after the grader confined it ({', '.join(changed[:3])}"
+            f"{', ...' if len(changed) > 3 else ''}): a function registered there runs inside the compiler, after "
+            "the source check; build with tvm.compile(func, target=...) as it is")
+
+
 def checked_build(build: Any, mod: Any, *args: Any, _problem: Any = source_problem, _refuse: Any = refuse,
-                  _built_problem: Any = built_problem, **kwargs: Any) -> Any:
+                  _built_problem: Any = built_problem, _registry_problem: Any = _registry_problem,
+                  _registry_state: Any = registry_state, **kwargs: Any) -> Any:
     """`build(mod, ...)` with its source checked first and LLVM allowed to run while it lasts; then its device source.
 
     The checks are default arguments, bound when this file was imported: a candidate that rewrote this module's
@@ -277,10 +418,14 @@ def checked_build(build: Any, mod: Any, *args: Any, _problem: Any = source_probl
     """
     if not CONFINEMENT.active:
         return build(mod, *args, **kwargs)
+    problem = _registry_problem()
+    if problem:
+        _refuse(problem)
     problem = _problem(mod)
     if problem:
         _refuse(problem)
     CONFINEMENT.checked_builds += 1
+    CONFINEMENT.kernels = set()  # nothing a failed build left behind
     try:
         built = build(mod, *args, **kwargs)
     finally:
@@ -288,6 +433,7 @@ def checked_build(build: Any, mod: Any, *args: Any, _problem: Any = source_probl
     problem = _built_problem(built)
     if problem:
         _refuse(problem)
+    CONFINEMENT.registry = _registry_state()  # what TVM registered lazily in its own build (the next one compares)
     return built
 
 
@@ -298,22 +444,33 @@ def confine() -> None:
     import tvm_ffi
 
     original = tvm_ffi.get_global_func("target.build.llvm")
-    state, check, deny = CONFINEMENT, host_problem, refuse  # closure cells, not module globals (checked_build)
+    original_cuda = tvm_ffi.get_global_func("target.build.cuda", allow_missing=True)
+    state, check, deny, symbols = CONFINEMENT, host_problem, refuse, kernel_symbols  # closure cells (checked_build)
 
     def build_llvm(mod: Any, target: Any) -> Any:
         if state.checked_builds <= 0:
             deny("an llvm module built outside tvm.compile")
-        problem = check(mod)
+        kernels, state.kernels = frozenset(state.kernels), set()
+        problem = check(mod, kernels)
         if problem:
             deny(problem)
         return original(mod, target)
 
     tvm_ffi.register_global_func("target.build.llvm", build_llvm, override=True)
+    if original_cuda is not None:
+        build_cuda_original = original_cuda
+
+        def build_cuda(mod: Any, target: Any) -> Any:
+            state.kernels.update(symbols(mod))
+            return build_cuda_original(mod, target)
+
+        tvm_ffi.register_global_func("target.build.cuda", build_cuda, override=True)
     import tvm.support.nvcc  # noqa: F401  (registers the callback; a later import would replace the checked one)
 
     compile_cuda = tvm_ffi.get_global_func("tvm_callback_cuda_compile", allow_missing=True)
     if compile_cuda is not None:
         tvm_ffi.register_global_func("tvm_callback_cuda_compile", ptx_checked(compile_cuda), override=True)
+    CONFINEMENT.registry = registry_state()
     CONFINEMENT.active = True
 
 

@@ -115,6 +115,13 @@ FEATURE_ATTRIBUTES: dict[str, str] = {
     # its instruments time it (a red-teamer's microsecond clock: PassTimingInstrument around a module_pass)
     **dict.fromkeys(("module_pass", "function_pass", "prim_func_pass", "PassContext"),
                     "TVM's pass infrastructure: build with tvm.compile(func, target=...) as it is"),
+    # TVM's operator registry: a lowering rule registered for an op runs Python of the kernel's inside the compiler
+    # after the source check, and rewrote the host glue into a write at any address (session 29's red-teamer);
+    # `tirx_host.registry_state` refuses a build after any change, this names the usual routes
+    **dict.fromkeys(("register_intrin_lowering", "register_op_attr", "set_attr", "reset_attr", "set_attrs_type_key",
+                     "register_object", "remove_global_func", "register_dispatch", "register_tir_pipeline",
+                     "PIPELINE_MAP", "get_tir_pipeline"),
+                    "TVM's operator and function registries: build with tvm.compile(func, target=...) as it is"),
     # the DSL parsers' own evaluators and the ast module: a syntax tree built at run time and compiled by them runs
     # code the static rules never read (the audit hook sees only compiled strings)
     **dict.fromkeys(("ast", "parser", "evaluator", "eval_expr", "eval_assign", "redirect_builtin_function",
