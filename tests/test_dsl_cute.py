@@ -169,11 +169,14 @@ b = torch.randn(256).to(torch.bfloat16)
 for route in ["solve", "solve_dlpack", "solve_direct", "solve_executor", "solve_ffi_dlpack"]:
     second.reset()
     counts = []
-    for _ in range(2):
-        y = getattr(kernel, route)(x, w, b)
-        counts.append(second.launches)
-    res[route] = {"launches": counts, "suppressed": second.suppressed, "shape": list(y.shape),
-                  "dtype": str(y.dtype)}
+    try:
+        for _ in range(2):
+            y = getattr(kernel, route)(x, w, b)
+            counts.append(second.launches)
+        res[route] = {"launches": counts, "suppressed": second.suppressed, "shape": list(y.shape),
+                      "dtype": str(y.dtype)}
+    except PermissionError as exc:  # the gate cannot read CuTe's own wrappers: refused, once counted
+        res[route] = {"launches": [second.launches], "refused": str(exc)}
 res["first_gate_launches"] = first.launches
 res["kernel_names"] = sorted(second.kernel_names)
 
@@ -346,15 +349,17 @@ def test_hooks_every_route_idempotent_suppress_and_run(runs: dict) -> None:
     assert {"JitCompiledFunction.__call__", "JitExecutor.run_compiled_program",
             "TVMFFIJitCompiledFunctionWithKwargs.__call__"} <= set(res["patched"])
     assert res["torch_stream"] == 0  # the dry-run stand-in for torch's current stream
-    for route in ["solve", "solve_dlpack", "solve_direct", "solve_executor", "solve_ffi_dlpack"]:
+    for route in ["solve", "solve_ffi_dlpack"]:  # torch tensors handed to the launch (the TVM-FFI route)
         assert res[route]["launches"] == [1, 2], (route, res[route])  # counted once per call, never twice
         assert res[route]["suppressed"] == 2
         assert res[route]["shape"] == [37, 256] and res[route]["dtype"] == "torch.bfloat16"
+    for route in ["solve_dlpack", "solve_direct", "solve_executor"]:  # CuTe's wrappers: gated, then refused
+        assert res[route]["launches"] == [1] and "cannot read" in res[route]["refused"], (route, res[route])
     assert res["first_gate_launches"] == 0  # a re-install swaps the gate
     assert any(n.startswith("kernel_cutlass_affine_kernel_") for n in res["kernel_names"])
     assert res["suppress"] == {"launches": 1, "suppressed": 1}
-    assert "CALL_MISSING_ARGS" in res["bad_arity"] and "kernel_routes.py:" in res["bad_arity"]
-    assert "metakernel/dsl/cute.py" not in res["bad_arity"]  # the DSL points at the candidate, not the hook
+    assert "cannot read" in res["bad_arity"] and "kernel_routes.py" in res["bad_arity"]
+    assert "metakernel/dsl/cute.py" not in res["bad_arity"]  # the error points at the candidate, not the hook
     assert res["run"]["raised"] and res["run"]["launches"] == 1 and res["run"]["suppressed"] == 0
 
 

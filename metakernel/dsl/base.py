@@ -73,17 +73,22 @@ class LaunchGate:
     _restore: list[Any] = field(default_factory=list)
 
     def should_launch(self, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None,
-                      names: tuple[str, ...] | frozenset[str] = ()) -> bool:
+                      names: tuple[str, ...] | frozenset[str] = (), opaque: bool = False) -> bool:
         """Record one launch; True when the hook must really launch it.
 
         Adapters pass the launch's arguments and the device symbols it runs: in an audit call the torch tensors
         among the arguments are copied BEFORE the kernel runs, so the grader can tell a token kernel (one handed
-        the finished answer) from real work.
+        the finished answer) from real work. `opaque`: the hook sees only the DSL's packed arguments (raw
+        addresses), not the caller's; the gate refuses such a launch wherever it would have to read them.
         """
         self.launches += 1
         unit = tuple(sorted(names))
         self.units.add(unit)
         targeted = self.only is None or bool(self.only.intersection(unit))
+        if opaque and (self.mode != "run" or self.audit or self.randomize):
+            refuse_native_code("a launch whose arguments the grader cannot read (a @cute.jit function called "
+                               "directly, or a compiled program run by hand): compile with cute.compile(..., "
+                               "options='--enable-tvm-ffi') and call the compiled function with torch tensors")
         if self.mode == "intercept":  # the free check refuses what an audit would (`_tensors` fails closed)
             _tensors(args, kwargs or {})
         if self.audit:
@@ -231,8 +236,11 @@ def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
 
 
 def _stream(value: Any) -> bool:
-    """A CUDA stream handed to a launch: the gate's copies and fills are queued on torch's current stream, and
-    would not be ordered with a launch on another (an answer written there could be copied before it lands)."""
+    """A CUDA stream handed to a launch.
+
+    The gate's copies and fills are queued on torch's current stream and would not be ordered with a launch on
+    another (an answer written there could be copied before it lands).
+    """
     if isinstance(value, (tuple, list)):
         return any(_stream(item) for item in value)
     return any(getattr(klass, "__module__", "").startswith(("cuda.", "torch.cuda"))

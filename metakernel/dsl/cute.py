@@ -112,8 +112,13 @@ def _kernel_names(obj: Any) -> tuple[str, ...]:
     return names
 
 
-def _gated(original: Callable[..., Any], skipped: Any, validate: Callable[..., None] | None = None) -> Any:
-    """Wrap a method that calls a compiled host function so the outermost call consults the gate."""
+def _gated(original: Callable[..., Any], skipped: Any, validate: Callable[..., None] | None = None,
+           opaque: bool = False) -> Any:
+    """Wrap a method that calls a compiled host function so the outermost call consults the gate.
+
+    `opaque`: the method receives the DSL's packed arguments (a list of addresses), not the caller's; reached
+    outermost (a @cute.jit function called directly), the gate cannot read the launch (`LaunchGate.should_launch`).
+    """
 
     @functools.wraps(original)
     def gated(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -124,7 +129,7 @@ def _gated(original: Callable[..., Any], skipped: Any, validate: Callable[..., N
         names = _kernel_names(self)
         if names:
             gate.kernel_names.update(names)
-        if not gate.should_launch(args, kwargs, names or ()):
+        if not gate.should_launch(args, kwargs, names or (), opaque=opaque):
             if gate.mode == "intercept":
                 _note_cubin(self)
                 if validate is not None:
@@ -354,9 +359,9 @@ def _install_launch_hooks() -> None:
     if getattr(_DryRunExecutor.__call__, "__globals__", {}).get("__name__") != _DSL_INTERNAL_NAME:
         _DryRunExecutor.__call__ = _dsl_internal(_DryRunExecutor.__call__)  # type: ignore[method-assign]
     _patch(JitExecutor, "__call__", lambda f: gated(f, 0, validate))
-    _patch(JitExecutor, "run_compiled_program", lambda f: gated(f, 0))
+    _patch(JitExecutor, "run_compiled_program", lambda f: gated(f, 0, opaque=True))
     _patch(JitCompiledFunction, "__call__", lambda f: gated(f, 0, validate))
-    _patch(JitCompiledFunction, "run_compiled_program", lambda f: gated(f, 0))
+    _patch(JitCompiledFunction, "run_compiled_program", lambda f: gated(f, 0, opaque=True))
     _patch(JitCompiledFunction, "to", tag)
     _patch(CudaDialectJitCompiledFunction, "__call__", lambda f: gated(f, 0, validate))
     _patch(CudaDialectJitCompiledFunction, "to", tag)
@@ -371,7 +376,7 @@ def _install_launch_hooks() -> None:
     else:
         # The FFI function validates its arguments in native code right before launching: nothing to validate
         # separately, so an intercepted FFI call checks nothing beyond compilation.
-        _patch(TVMFFIJitCompiledFunctionBase, "run_compiled_program", lambda f: gated(f, None))
+        _patch(TVMFFIJitCompiledFunctionBase, "run_compiled_program", lambda f: gated(f, None, opaque=True))
         _patch(TVMFFIJitCompiledFunction, "__call__", lambda f: gated(f, None))
         _patch(TVMFFIJitCompiledFunctionWithKwargs, "__call__", lambda f: gated(f, None))
     try:
@@ -380,7 +385,7 @@ def _install_launch_hooks() -> None:
         pass
     else:
         _patch(CutlassCallJitCompiledFunction, "__call__", lambda f: gated(f, None))
-        _patch(CutlassCallJitCompiledFunction, "run_compiled_program", lambda f: gated(f, None))
+        _patch(CutlassCallJitCompiledFunction, "run_compiled_program", lambda f: gated(f, None, opaque=True))
 
 
 def _uninstall_for_tests() -> None:
