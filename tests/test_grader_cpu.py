@@ -1142,3 +1142,53 @@ def test_no_thread_empties_the_cache_while_another_allocates_into_a_private_pool
     transport.release_cache()
     lane.join()
     assert events == ["enter", "exit", "empty"], events
+
+
+#: y = 2x + b computed eagerly and copied by a TIRx kernel handed both buffers as integer addresses (session 29's
+#: red-teamer): the launch gate sees no tensor, so neither the audit nor the randomise ablation can look at it.
+ADDRESS_COPY = '''
+import torch
+import tvm
+from tvm.script import tirx as Tx
+
+
+@Tx.prim_func
+def copy(src: Tx.int64, dst: Tx.int64, total: Tx.int32):
+    S = Tx.decl_buffer((total,), "float32", data=Tx.reinterpret("handle", src))
+    D = Tx.decl_buffer((total,), "float32", data=Tx.reinterpret("handle", dst))
+    for i in range(total):
+        D[i] = S[i]
+
+
+_EXE = {}
+
+
+def solve(x, b):
+    if "f" not in _EXE:
+        _EXE["f"] = tvm.compile(copy, target=tvm.target.Target("llvm"), tir_pipeline="tirx")
+    answer = (x * 2.0 + b).contiguous()
+    out = torch.zeros_like(answer)
+    _EXE["f"](answer.data_ptr(), out.data_ptr(), answer.numel())
+    return out
+'''
+
+
+def test_a_launch_that_changes_none_of_its_tensor_arguments_is_not_dsl_work(problem, tmp_path):
+    """The audit records whether each launch changed any of its tensor arguments; a unit that never did reached
+    its memory by address, and its time is not counted as DSL work (on a GPU the share rule then decides: here,
+    with no GPU profile, the grading notes it). The same kernel built for the GPU is refused by the source check
+    (a pointer made of an integer in device code)."""
+    from dataclasses import replace
+
+    kernel = tmp_path / "address_copy.py"
+    kernel.write_text(ADDRESS_COPY, encoding="utf-8")
+    report = grade(problem, "tirx", kernel, device="cpu", options=replace(FAST, baselines=False))
+    notes = [v for k, v in report.ablations.items() if k.startswith("unit ")]
+    assert any("changed none of its tensor arguments" in v for v in notes), report.ablations
+    assert report.ablations.get("randomize") == "no tensor argument to randomise: not conclusive"
+    gpu = tmp_path / "address_copy_gpu.py"
+    gpu.write_text(ADDRESS_COPY.replace('tvm.target.Target("llvm")',
+                                        'tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})').replace(
+        "    for i in range(total):\n", "    Tx.device_entry()\n    for i in range(total):\n"), encoding="utf-8")
+    dry = dry_run(problem, "tirx", gpu)
+    assert dry.status == "rule_violation" and "reinterpreting int64 as" in dry.message, dry.agent_text()

@@ -157,7 +157,7 @@ class LaunchGate:
         calls only, while the gate waited for the GPU (session 29's red-teamer ran its honest path exactly then).
         """
         last = self.audited[-1] if self.audit and self.audited else None
-        if last is not None and last.after is None and last.live:
+        if last is not None and last.after is None:  # (a launch with no tensor argument: an empty record)
             with self._aside():
                 last.after = [t.detach().clone() for t in last.live]
             last.live = []
@@ -205,7 +205,7 @@ class LaunchGate:
 
 
 def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
-    """The torch tensors among a launch's arguments, DLPack-capable objects converted (sharing memory).
+    """The torch tensors among a launch's arguments.
 
     Fails closed: memory the gate cannot see as a torch tensor is refused (`_unreadable`), since the audit, the
     ablations and the poison fill would all pass it by. Session 29's red-teamer handed the eager answer to a CuTe
@@ -218,10 +218,9 @@ def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
     for value in (*args, *kwargs.values()):
         tensor = value if isinstance(value, torch.Tensor) else None
         if tensor is None and hasattr(value, "__dlpack__") and not isinstance(value, type):
-            try:
-                tensor = torch.from_dlpack(value)
-            except Exception:  # noqa: BLE001 - a DLPack object torch cannot map: memory the gate cannot read
-                refuse_native_code(f"a launch argument the grader cannot read as a tensor ({type(value).__name__})")
+            # another library's tensor (TVM's): its launch may not run on torch's current stream, where the gate
+            # queues its copies (TVM takes the stream from torch tensor arguments only)
+            refuse_native_code(f"a launch argument of type {type(value).__name__}: pass torch tensors")
         if tensor is None and _stream(value):
             refuse_native_code(
                 f"a launch on a stream the file chose ({type(value).__name__} argument): launch on torch's current "

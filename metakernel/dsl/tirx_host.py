@@ -180,6 +180,10 @@ def source_problem(mod: Any) -> str | None:
             if isinstance(key, str) and "import" in key:
                 return (f"an attribute {key} in {name} (it pastes foreign C or LLVM text into the build: write the "
                         "code in TIRx)")
+            pointer = _pointer_problem(node)
+            if pointer:  # device code too: memory reached by address is out of the launch gate's sight
+                return (f"{pointer} in {name} (a pointer made of an integer reaches memory the grader cannot see: "
+                        "pass tensors)")
             op = _op_name(node)
             if op in RAW_MEMORY:
                 return f"{op.removeprefix('tirx.')} in {name} (raw memory access or a call into the process)"
@@ -359,7 +363,7 @@ def registry_state() -> dict[str, Any]:
     """What TVM's registries hold that its compile calls, by object identity.
 
     That is the global function registry, the operators' compiler attributes and the Python tables the compile
-    reads (named pipelines, tile-primitive lowering cases).
+    reads (named pipelines, tile-primitive lowering cases, the CUDA code generator's functions and header tags).
 
     TVM's compile calls Python registered in either (an op's `llvm.FLowerIntrinsic`, a `tvm_callback_*` global)
     after `source_problem` has read the source: session 29's red-teamer registered a lowering rule for `isnullptr`
@@ -384,6 +388,14 @@ def registry_state() -> dict[str, Any]:
         out["pipeline " + name] = ("python", id(factory))
     for (op, kind), cases in getattr(dispatcher, "_DISPATCH_TABLE", {}).items():
         out[f"dispatch {op.name} {kind}"] = ("python", tuple(id(case.impl) for case in cases))
+    try:  # the CUDA code generator's Python table (op -> function returning CUDA text) and its header tags
+        from tvm.backend.cuda.codegen import header, registry
+    except ImportError:
+        pass
+    else:
+        for name, function in registry.CODEGEN_REGISTRY.items():
+            out["cuda codegen " + str(name)] = ("python", id(function))
+        out["cuda header tags"] = ("python", tuple(sorted(map(str, header.TAGS))))
     for name in tvm_ffi.registry.list_global_func_names():
         out["function " + name] = identity(tvm_ffi.get_global_func(name, allow_missing=True))
     for name in tvm.ir.Op.list_op_names():

@@ -704,8 +704,12 @@ class Child:
         audited = []
         for launch in self.gate.audited:
             keep = [i for i, t in enumerate(launch.before) if wanted(t)]
+            # whether the launch changed any of its tensor arguments (all of them, not only those sent): one that
+            # changed none did its work, if any, in memory it reached by address (session 29's red-teamer)
+            wrote = None if launch.after is None else any(
+                not self.b.equal(a, b) for a, b in zip(launch.before, launch.after, strict=True))
             audited.append({"before": pack(launch.before, keep, launch.addresses), "unit": list(launch.unit),
-                            "addresses": [launch.addresses[i] for i in keep],
+                            "addresses": [launch.addresses[i] for i in keep], "wrote": wrote,
                             # the same arguments once the launch finished (None: the route has no after-hook)
                             "after": None if launch.after is None else pack(launch.after, keep,
                                                                             launch.addresses)})

@@ -237,6 +237,8 @@ class Evaluation:
         # compiled units checked calls (correctness, profile) launched; per DSL function, the timed rows that
         # launched it (`check_timed_units`)
         self.units_checked: set[tuple[str, ...]] = set()
+        # unit -> whether any of its launches in the audit calls changed a tensor argument (`blind_names`)
+        self.unit_wrote: dict[tuple[str, ...], bool] = {}
         self.timed_functions: dict[str, int] = {}
         self.timed_rows = 0
         self.eager_ahead: StartingWorker | None = None  # the eager baseline's child, started early (baselines)
@@ -623,6 +625,10 @@ class Evaluation:
             return verdicts[k]
 
         written: dict[int, tuple[Any, tuple[str, ...]]] = {}  # address -> (what a launch left there, its unit)
+        for record in reply.get("audited") or []:  # over every audit call of the grading (`blind_names`)
+            if isinstance(record.get("wrote"), bool):
+                unit = tuple(record["unit"])
+                self.unit_wrote[unit] = self.unit_wrote.get(unit, False) or record["wrote"]
         for launch, record in enumerate(reply.get("audited") or []):
             specs = record["before"]
             before = [copied(spec) for spec in specs]
@@ -744,6 +750,7 @@ class Evaluation:
                      f"GPU kernel {foreign[0][:120]!r} is neither a {self.dsl} kernel this file compiled nor a "
                      "torch or CUDA library kernel (another JIT or kernel language did GPU work)")
         idle = self.unit_ablation([tuple(u) for u in reply.get("units") or []], kernels, classes)
+        idle |= self.blind_names()
         for name in idle:
             classes[name] = "dsl_idle"
         for output, launch, unit in self.token_producers:
@@ -779,6 +786,24 @@ class Evaluation:
                      f"{self.dsl} kernels are {100 * self.report.dsl_share:.0f} % of the call's GPU time "
                      f"(mean over {self.report.gpu_only_draws} profiled draws{unused}); the rule is at least 50 %: "
                      "move the heavy work into the DSL")
+
+    def blind_names(self) -> set[str]:
+        """DSL symbols whose launches changed none of their tensor arguments in the audit calls (not DSL work).
+
+        Whatever such a launch wrote, it reached by address (an integer turned into a pointer in device code):
+        memory the audit, the ablations and the poison fill never see. Session 29's red-teamer handed the eager
+        answer to a copy kernel as `data_ptr()` integers, with a burn in the same kernel for the share. A unit with
+        one writing launch (an expert with no tokens beside others) is not blind.
+        """
+        blind_units = [unit for unit, changed in self.unit_wrote.items() if not changed]
+        writing = {name for unit, changed in self.unit_wrote.items() if changed for name in unit}
+        names = {name for unit in blind_units for name in unit} - writing
+        for unit in blind_units:
+            if set(unit) <= names:
+                self.report.ablations[f"unit {','.join(n[:48] for n in unit)}"] = (
+                    "changed none of its tensor arguments in the audit calls: its time is not counted as "
+                    f"{self.dsl} work (memory a kernel reaches by address is out of the grader's sight)")
+        return names
 
     def unit_ablation(self, units: list[tuple[str, ...]], kernels: list[tuple[str, float]],
                       classes: dict[str, str]) -> set[str]:
