@@ -254,17 +254,31 @@ def _device_ops(op: Any, inside: bool = False) -> Any:
 def device_problem(module: Any) -> str | None:
     """Why a module's device code may not be built for a GPU grading, or None.
 
-    It may not read a GPU clock, build asm text no string shows, or link code from a file. Nor come as a ready
-    binary: a `gpu.binary` holds device code as bytes no check reads (a traced module only ever holds source;
-    session 28's red-teamer moved one in through the MLIR bindings).
+    It may not read a GPU clock, build asm text no string shows, link code from a file, or make a global pointer
+    of an integer. Nor come as a ready binary: a `gpu.binary` holds device code as bytes no check reads (a traced
+    module only ever holds source; session 28's red-teamer moved one in through the MLIR bindings).
     """
     for operation in _device_ops(module.operation):
         if operation.name == "gpu.binary":
             return "device code as a ready binary (gpu.binary): only code the DSL compiles from this file may run"
+        if operation.name == "cute.inttoptr" and _global_pointer(operation):
+            # an integer made a global-memory pointer in the kernel: memory the launch gate never sees (session
+            # 29's red-teamer copied an eager answer handed over as `data_ptr()` integers)
+            return ("device code making a global-memory pointer of an integer (cute.make_ptr in a kernel): pass "
+                    "the memory as a tensor argument")
         problem = _op_problem(operation)
         if problem:
             return problem
     return None
+
+
+def _global_pointer(operation: Any) -> bool:
+    """Whether an op's result is a pointer into global (or generic) memory, by its printed type."""
+    try:
+        text = " ".join(str(result.type) for result in operation.results)
+    except Exception:  # noqa: BLE001 - unreadable: count it as global
+        return True
+    return "smem" not in text and "rmem" not in text and "tmem" not in text
 
 
 def kernel_symbols(module: Any) -> set[str]:

@@ -8,12 +8,12 @@ TVM-FFI needs one GPU tensor for its env stream: a one-element
 flag (1.0) the copy multiplies by. Randomise perturbs the flag: outputs wrong, "required"; suppress: zeros, "required";
 the audit sees only the flag (1.0), nothing of the answer.
 
-Now the child records whether each audited launch changed any of its tensor arguments; a unit that never did is
-not counted as DSL work (`Evaluation.blind_names`), so this file's only unit is idle and the grading says the
-outputs depend on none of the DSL launches.
+Now device code may not make a global-memory pointer of an integer (`cute_host.device_problem`: `cute.inttoptr`),
+and behind that an audited launch that changes none of its tensor arguments is not counted as DSL work
+(`Evaluation.blind_names`; a file that also writes one scratch element gets past that one).
 
 Category: token_route
-Expected: rule_violation/dsl_unused
+Expected: rule_violation/sandbox
 """
 
 import cutlass
