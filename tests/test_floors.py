@@ -36,9 +36,14 @@ def test_a_passed_report_shows_the_floor_it_was_given():
 
 @pytest.mark.parametrize("route", ["cute_ffi", "cute_dlpack"])
 def test_cute_floor_kernels_compile_for_sm90a(route):
+    """Both routes' floor kernels compile; the `from_dlpack` route is measured (in a plain process) to show what it
+    cost, and the grader refuses it (its launch arguments are CuTe's wrappers, which the gate cannot read)."""
     done = subprocess.run([sys.executable, "-m", "metakernel.dsl.cute", str(FLOORS / f"{route}.py"),
                            str(FLOORS / "problem.py")], capture_output=True, text=True, timeout=300, check=False)
     result = json.loads(done.stdout.strip().splitlines()[-1])
+    if route == "cute_dlpack":
+        assert not result["ok"] and "cannot read" in result["error"], result
+        return
     assert result["ok"], result
     assert result["launches"] == [1, 1] and result["outputs"] == result["expected"]
 
