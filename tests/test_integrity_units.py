@@ -286,6 +286,18 @@ with ir.Context():
     assert any(line.startswith("text refused") for line in lines), lines
 
 
+#: The head of the TIRx subprocess scripts below (confinement is process-wide): TVM, the host checks, a file loader.
+_TIRX_SCRIPT_HEAD = """
+import importlib.util, tvm
+from metakernel.dsl import tirx_host
+def load(path):
+    spec = importlib.util.spec_from_file_location("k", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+"""
+
+
 def test_tirx_host_code_calls_by_name_only_the_device_setter_and_the_builds_kernels(tmp_path):
     """`Tx.call_ffi_kernel(name)` and the tensor-map encoder lower to packed calls by name, which the runtime finds
     in TVM's global registry when the module holds no such kernel (session 28's red-teamer deleted a folder through
@@ -298,14 +310,7 @@ def test_tirx_host_code_calls_by_name_only_the_device_setter_and_the_builds_kern
 
     from metakernel.dsl import tirx_host
 
-    script = f"""
-import importlib.util, tvm
-from metakernel.dsl import tirx_host
-def load(path):
-    spec = importlib.util.spec_from_file_location("k", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    script = _TIRX_SCRIPT_HEAD + f"""
 wrong = {str(PROBLEM_28 / "wrong")!r}
 ffi = load(wrong + "/rt_tirx_host_call_ffi_any_global.py")._make_kernel(4096)
 tmap = load(wrong + "/rt_tirx_tensormap_encode_write.py")._make_kernel(64)
@@ -348,14 +353,7 @@ def test_tirx_builds_refuse_after_a_registry_change_and_host_code_may_not_make_p
     import subprocess
     import sys
 
-    script = f"""
-import importlib.util, tvm
-from metakernel.dsl import tirx_host
-def load(path):
-    spec = importlib.util.spec_from_file_location("k", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    script = _TIRX_SCRIPT_HEAD + f"""
 tirx_host.confine()
 target = tvm.target.Target({{"kind": "cuda", "arch": "sm_90a"}})
 def build(mod):
