@@ -184,6 +184,18 @@ def test_cute_host_and_device_rules_on_an_operation_tree():
         assert "GPU clock" in device_problem(tree)
         assert host_problem(tree) is None  # the clock is device code: the host rule never looks inside
 
+    def made(name, ty):  # an op whose one result has the printed type `ty`
+        op = _Op(name)
+        op.results = [type("V", (), {"type": ty})()]
+        return module(launch, _Op("gpu.module", [_Op("gpu.func", [op])]))
+
+    # a global pointer made of an integer in a kernel (session 29's fourth red-teamer, through the LLVM dialect)
+    for name, ty in (("llvm.inttoptr", "!llvm.ptr<1>"), ("llvm.inttoptr", "!llvm.ptr"),
+                     ("cute.inttoptr", "!cute.ptr<bf16, gmem, align<2>>")):
+        assert "pointer of an integer" in device_problem(made(name, ty)), (name, ty)
+    for name, ty in (("llvm.inttoptr", "!llvm.ptr<3>"), ("cute.inttoptr", "!cute.ptr<f32, smem, align<16>>")):
+        assert device_problem(made(name, ty)) is None, (name, ty)
+
 
 def test_cute_device_rules_read_the_attributes_of_real_mlir_ops():
     """Parsed with CuTe's own MLIR bindings, whose attribute map iterates over names (session 27: the rules read

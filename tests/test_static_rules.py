@@ -714,6 +714,11 @@ def test_odds_and_ends(snippet: str, needle: str) -> None:
     ("import tvm\nfrom tvm.tirx.operator.tile_primitive import dispatcher\nd = dispatcher.register_dispatch",
      "register_dispatch"),
     ("import tvm\ntvm.tirx.compilation_pipeline.PIPELINE_MAP['tirx'] = len", ".PIPELINE_MAP"),
+    # the fourth round: memory reached by address in CuTe device code
+    ("from cutlass.cute.runtime import make_ptr", ".make_ptr"),
+    ("def f(src: cute.Pointer):\n    pass", ".Pointer"),
+    ("def f(a):\n    cute.arch.inline_ptx('ld.global.b16 {$w0}, [{$r0}];', read_only_args=[a])", ".inline_ptx"),
+    ("from cutlass.cute.arch.nvvm_wrappers import llvm\np = llvm.inttoptr", ".inttoptr"),
 
 ])
 def test_cuda_bindings_and_library_routes_are_refused(snippet: str, needle: str) -> None:

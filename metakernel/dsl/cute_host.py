@@ -261,11 +261,11 @@ def device_problem(module: Any) -> str | None:
     for operation in _device_ops(module.operation):
         if operation.name == "gpu.binary":
             return "device code as a ready binary (gpu.binary): only code the DSL compiles from this file may run"
-        if operation.name == "cute.inttoptr" and _global_pointer(operation):
+        if operation.name in ("cute.inttoptr", "llvm.inttoptr") and _global_pointer(operation):
             # an integer made a global-memory pointer in the kernel: memory the launch gate never sees (session
             # 29's red-teamer copied an eager answer handed over as `data_ptr()` integers)
-            return ("device code making a global-memory pointer of an integer (cute.make_ptr in a kernel): pass "
-                    "the memory as a tensor argument")
+            return (f"device code making a global-memory pointer of an integer ({operation.name}): pass the memory "
+                    "as a tensor argument")
         problem = _op_problem(operation)
         if problem:
             return problem
@@ -278,6 +278,8 @@ def _global_pointer(operation: Any) -> bool:
         text = " ".join(str(result.type) for result in operation.results)
     except Exception:  # noqa: BLE001 - unreadable: count it as global
         return True
+    if text.startswith("!llvm.ptr"):  # LLVM's address spaces: 3 shared, 5 local, 6 tensor memory
+        return not any(text.startswith(f"!llvm.ptr<{space}>") for space in (3, 5, 6))
     return "smem" not in text and "rmem" not in text and "tmem" not in text
 
 

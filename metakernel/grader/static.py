@@ -189,9 +189,16 @@ ATTRIBUTE_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
 #: In a CuTe file: the MLIR objects behind the DSL's values and the raw dialect builders. An op's `.operation`
 #: gave MLIR's `Operation` class, whose `parse` and `create` made any op, and `.parent` / `.regions` / `.blocks`
 #: placed a function of the file's own in the module being traced (session 28's fifth red-teamer).
-CUTE_IR_NAMES: dict[str, str] = dict.fromkeys(
-    ("operation", "parent", "regions", "blocks", "erase", "parse"),
-    "the MLIR objects and builders behind CuTe's values: write the kernel with cute's API")
+CUTE_IR_NAMES: dict[str, str] = {
+    **dict.fromkeys(("operation", "parent", "regions", "blocks", "erase", "parse"),
+                    "the MLIR objects and builders behind CuTe's values: write the kernel with cute's API"),
+    # memory reached by address: a `cute.Pointer` parameter takes a plain int through TVM-FFI, inline PTX loads
+    # and stores at an Int64, `inttoptr` makes a pointer of one (session 29's fourth red-teamer handed the eager
+    # answer to a copy kernel each way); no gold kernel needs them
+    **dict.fromkeys(("make_ptr", "Pointer", "inline_ptx", "inttoptr"),
+                    "raw pointers and inline PTX reach memory the grader cannot see: pass tensors and use cute's "
+                    "copy and layout API"),
+}
 #: Names the DSL owns: fine on a chain of names starting at the DSL (`cute.compile`), refused on anything else.
 DSL_ONLY_ATTRIBUTES: dict[str, str] = {
     "compile": "torch.compile / Module.compile is another compiler: only cute.compile or tvm.compile",
