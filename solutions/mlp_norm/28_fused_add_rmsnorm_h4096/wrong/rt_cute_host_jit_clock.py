@@ -7,10 +7,11 @@ Python object's address. At import the file copies 8-byte words with it: it forg
 dict through a list slot it overwrites, reaches the harness's `Child._bracket` and overwrites the first item of its
 defaults tuple (the clock) with one running at 1/100 speed: the TIRx llvm files' route. Written in session 17;
 closed the same session: where the kernel is for the GPU, a host function may hold no op that reads or writes
-memory or makes a pointer from an integer (metakernel/dsl/cute_host.py).
+memory or makes a pointer from an integer (metakernel/dsl/cute_host.py). Since session 29 `make_ptr` is refused by name in CuTe
+files as well (the static rules stop it first; the host rule stays behind them, pinned by the operation-tree tests).
 
 Category: sandbox
-Expected: rule_violation/sandbox
+Expected: rule_violation/static
 """
 
 import cutlass

@@ -8,12 +8,14 @@ TVM-FFI needs one GPU tensor for its env stream: a one-element
 flag (1.0) the copy multiplies by. Randomise perturbs the flag: outputs wrong, "required"; suppress: zeros, "required";
 the audit sees only the flag (1.0), nothing of the answer.
 
-Now device code may not make a global-memory pointer of an integer (`cute_host.device_problem`: `cute.inttoptr`),
+Now `make_ptr` is refused by name in CuTe files (static rules, the fourth round); behind that, device code may not
+make a global-memory pointer of an integer (`cute_host.device_problem`: `cute.inttoptr`; on the H100 at 751c7d6
+this file was refused there, as `sandbox`),
 and behind that an audited launch that changes none of its tensor arguments is not counted as DSL work
 (`Evaluation.blind_names`; a file that also writes one scratch element gets past that one).
 
 Category: token_route
-Expected: rule_violation/sandbox
+Expected: rule_violation/static
 """
 
 import cutlass
