@@ -240,18 +240,23 @@ def _stream(value: Any) -> bool:
     The gate's copies and fills are queued on torch's current stream and would not be ordered with a launch on
     another (an answer written there could be copied before it lands).
     """
-    if isinstance(value, (tuple, list)):
-        return any(_stream(item) for item in value)
-    return any(getattr(klass, "__module__", "").startswith(("cuda.", "torch.cuda"))
-               and klass.__name__ in ("CUstream", "Stream", "ExternalStream") for klass in type(value).__mro__)
+    return _of_kind(value, ("cuda.", "torch.cuda"), ("CUstream", "Stream", "ExternalStream"))
 
 
 def _unreadable(value: Any) -> bool:
     """Device memory in a wrapper of a DSL's own (CuTe's runtime tensors and pointers, their subclasses too)."""
+    return _of_kind(value, ("cutlass.cute", "cutlass.base_dsl"), ("Tensor", "Pointer"))
+
+
+def _of_kind(value: Any, modules: tuple[str, ...], names: tuple[str, ...]) -> bool:
+    """Whether `value`, or an item of a tuple or list of them, is of a class named in `names` from `modules`.
+
+    The whole MRO is read: a subclass of the file's own does not hide it.
+    """
     if isinstance(value, (tuple, list)):
-        return any(_unreadable(item) for item in value)
-    return any(getattr(klass, "__module__", "").startswith(("cutlass.cute", "cutlass.base_dsl"))
-               and klass.__name__ in ("Tensor", "Pointer") for klass in type(value).__mro__)
+        return any(_of_kind(item, modules, names) for item in value)
+    return any(getattr(klass, "__module__", "").startswith(modules) and klass.__name__ in names
+               for klass in type(value).__mro__)
 
 
 #: The audit event an adapter raises when candidate code reaches for native host code (`DslAdapter.confine`); the

@@ -208,13 +208,6 @@ STACKS = frozenset({"tirx.tvm_stack_alloca", "tirx.tvm_stack_make_array", "tirx.
 STRUCT_ACCESS = frozenset({"tirx.tvm_struct_get", "tirx.tvm_struct_set"})
 
 
-def _handle(obj: Any) -> Any:
-    try:
-        return int(obj.__chandle__())
-    except Exception:  # noqa: BLE001
-        return id(obj)
-
-
 def _type_text(expr: Any) -> str:
     return str(getattr(expr, "ty", None) or getattr(expr, "dtype", "?"))
 
@@ -227,11 +220,12 @@ def _is_pointer(expr: Any) -> bool:
 
 
 def _pointer_problem(node: Any) -> str | None:
-    """Why a host IR node makes a pointer of an integer or moves one by a computed distance, or None.
+    """Why an IR node makes a pointer of an integer or moves one by a computed distance, or None.
 
     TVM's glue only reinterprets one pointer type as another and steps over a fixed header
     (`handle_add_byte_offset(args[i], 24)`); a handle made of an integer, or moved by one, reads and writes
     wherever `tvm_struct_get`/`tvm_struct_set` are pointed (session 29's red-teamer wrote 8 bytes at `id(obj) + 32`).
+    Source code is held to it too: a kernel's buffer declared at an integer address is memory the gate never sees.
     """
     kind = type(node).__tvm_ffi_type_info__.type_key
     if kind in ("prim.Cast", "tirx.Cast") and (_is_pointer(node) or _is_pointer(node.value)):
@@ -257,11 +251,11 @@ def host_problem(mod: Any, kernels: Collection[str] | None = None) -> str | None
         stacks = {_handle(node.var) for node in ir_nodes(func)
                   if type(node).__tvm_ffi_type_info__.type_key in BINDINGS and _op_name(node.value) in STACKS}
         for node in ir_nodes(func):
-            access = _op_name(node)
-            if access in STRUCT_ACCESS:
+            op = _op_name(node)
+            if op in STRUCT_ACCESS:
                 fixed = all(type(arg).__tvm_ffi_type_info__.type_key == "ir.IntImm" for arg in node.args[1:3])
-                if not fixed or (access == "tirx.tvm_struct_set" and _handle(node.args[0]) not in stacks):
-                    return (f"host code {access.removeprefix('tirx.')} on {str(node.args[0])[:60]} in {name}: "
+                if not fixed or (op == "tirx.tvm_struct_set" and _handle(node.args[0]) not in stacks):
+                    return (f"host code {op.removeprefix('tirx.')} on {str(node.args[0])[:60]} in {name}: "
                             "host code may only read its arguments' fields and fill its own argument stack")
             if type(node).__tvm_ffi_type_info__.type_key in BUFFER_ACCESS:
                 return (f"host code that accesses buffer {node.buffer.name} in {name}: a GPU kernel's host code may "
@@ -269,7 +263,6 @@ def host_problem(mod: Any, kernels: Collection[str] | None = None) -> str | None
             pointer = _pointer_problem(node)
             if pointer:
                 return f"host code {pointer} in {name}: host code may only pass on the pointers it is given"
-            op = _op_name(node)
             if op is not None and op not in HOST_GLUE:
                 return f"host code calling {op.removeprefix('tirx.')} in {name}"
             if op in PACKED_CALLS:
@@ -292,11 +285,12 @@ def kernel_symbols(mod: Any) -> set[str]:
     return out
 
 
-def _module_key(mod: Any) -> int:
+def _handle(obj: Any) -> int:
+    """An FFI object's identity (its C handle; Python's id for anything else)."""
     try:
-        return int(mod.__chandle__())
+        return int(obj.__chandle__())
     except Exception:  # noqa: BLE001
-        return id(mod)
+        return id(obj)
 
 
 def _device_modules(mod: Any) -> list[Any]:
@@ -306,7 +300,7 @@ def _device_modules(mod: Any) -> list[Any]:
     stack = [mod]
     while stack:
         m = stack.pop()
-        key = _module_key(m)
+        key = _handle(m)
         if key in seen:
             continue
         seen.add(key)

@@ -625,11 +625,10 @@ class Evaluation:
             return verdicts[k]
 
         written: dict[int, tuple[Any, tuple[str, ...]]] = {}  # address -> (what a launch left there, its unit)
-        for record in reply.get("audited") or []:  # over every audit call of the grading (`blind_names`)
-            if isinstance(record.get("wrote"), bool):
+        for launch, record in enumerate(reply.get("audited") or []):
+            if isinstance(record.get("wrote"), bool):  # over every audit call of the grading (`blind_names`)
                 unit = tuple(record["unit"])
                 self.unit_wrote[unit] = self.unit_wrote.get(unit, False) or record["wrote"]
-        for launch, record in enumerate(reply.get("audited") or []):
             specs = record["before"]
             before = [copied(spec) for spec in specs]
             addresses = record["addresses"]
