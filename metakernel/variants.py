@@ -35,7 +35,8 @@ make_inputs() returns (CUDA tensors on an H200, sm_90a) and must return the same
 container types, lengths and nesting; every tensor a plain torch.Tensor (no subclass) on the GPU, with the
 reference's shape and dtype.{mutates}
 Every call must launch {dsl} kernels whose computed values the returned tensors depend on, and those kernels must
-take at least 50 % of the call's GPU time (a kernel the outputs do not depend on counts as not {dsl}); eager
+take at least 50 % of the call's GPU time (a kernel the outputs do not depend on counts as not {dsl}); a {dsl}
+kernel may read only the tensors passed to its launch (not memory reached by offsets past them); eager
 PyTorch and plain Python may do the rest. You may cache compiled
 kernels, static metadata and output buffers, never input-dependent results. Imports: torch, math, typing,
 functools, itertools, dataclasses, enum, collections, numbers and the {dsl} packages only. Forbidden: other kernel

@@ -194,7 +194,8 @@ def test_correct_llvm_kernel_passes_with_timing_and_baseline(problem, tmp_path, 
     # whole rows of timing.ROW draws, every one compared: 5 asked for, two rows of four checked
     assert report.draws_checked == 8 and report.launches_per_call == 1
     assert report.ablations == {"suppress": "outputs wrong: the DSL's values are required",
-                                "randomize": "outputs wrong: the DSL's values are required"}
+                                "randomize": "outputs wrong: the DSL's values are required",
+                                "isolate": "nothing to isolate here (no CUDA allocator): not conclusive"}
     assert report.timing is not None and 10 <= report.timing.n <= 20 and report.timing.median_us > 0
     assert report.eager is not None and report.speedup == pytest.approx(
         report.eager.median_us / report.timing.median_us)
@@ -950,8 +951,10 @@ def test_ablations_and_the_audit_hide_their_call_in_a_row(problem, tmp_path):
         ev.correctness()
         ev.ablation()
         ev.audits()
+        ev.isolation()
         assert ev.report.ablations == {"suppress": "outputs wrong: the DSL's values are required",
-                                       "randomize": "outputs wrong: the DSL's values are required"}
+                                       "randomize": "outputs wrong: the DSL's values are required",
+                                       "isolate": "nothing to isolate here (no CUDA allocator): not conclusive"}
         focused = [m for m in sent if m.get("mode", "run") != "run"]
         assert all(m["op"] == "row" and m["count"] == ROW and 0 <= m["focus"] < ROW for m in focused)
         # a kernel can tell a call's position in its row: the ablations and the audit each meet every position
@@ -959,6 +962,7 @@ def test_ablations_and_the_audit_hide_their_call_in_a_row(problem, tmp_path):
         assert sorted(m["focus"] for m in ablated) == list(range(ROW))
         assert sorted(m["mode"] for m in ablated) == ["randomize"] * (ROW // 2) + ["suppress"] * (ROW - ROW // 2)
         assert sorted(m["focus"] for m in focused if m["mode"] == "audit") == list(range(ROW))
+        assert sorted(m["focus"] for m in focused if m["mode"] == "isolate") == list(range(ROW))
         assert all(m["op"] == "row" and m["count"] == ROW for m in sent)  # every request has the same shape
         # the focus call alone is suppressed: its outputs are garbage, the row's other calls launched as usual
         x, b = ev.draw()

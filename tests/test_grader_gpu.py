@@ -63,3 +63,40 @@ def test_the_gate_s_copies_leave_the_kernel_s_allocations_where_they_were():
         seen[mode] = again.data_ptr() == address
         del again, gate
     assert all(seen.values()), seen
+
+
+def test_isolation_covers_the_allocator_and_keeps_the_gate_s_copies():
+    """Hole 12 on the device: the child offers every caching-allocator block (live and free) and the input arena to
+    the isolation ablation, but not the gate's private pool, where the copies of live bytes go: a copy landing in a
+    block about to be filled would restore noise. An eager answer beside a one-element anchor reads as noise while
+    the launch runs; live memory has its bytes back after it; the kernel's own arguments are never touched."""
+    from types import SimpleNamespace
+
+    from metakernel.dsl.base import LaunchGate
+    from metakernel.grader.child import Bound, Child
+
+    block = torch.randn(1 << 20, device="cuda")
+    anchor, answer = block[:1], block[1 << 19:]
+    arena = torch.randn(1 << 18, device="cuda").view(torch.uint8)
+    out = torch.zeros(1 << 19, device="cuda")
+    saved, arena_before = block.cpu(), arena.cpu()  # (every CUDA block but the gate's pool is noise during a launch)
+    gone = torch.randn(1 << 20, device="cuda") + 5.0
+    gone_at, gone_values = gone.data_ptr(), gone.cpu()
+    del gone  # a freed answer keeps its bytes until the allocator hands the block out again
+    gate = LaunchGate(mode="run", isolate=True, pool=torch.cuda.MemPool())
+    child = SimpleNamespace(gate=gate, arena_in=arena, device="cuda", torch=torch, b=Bound(torch, "cuda"))
+    gate.reachable = lambda: Child._reachable(child)  # type: ignore[arg-type]
+    assert gate.should_launch((anchor, out))
+    assert gate.isolated > block.nbytes
+    torch.cuda.synchronize()
+    assert torch.equal(anchor.cpu(), saved[:1]) and int((answer.cpu() == saved[1 << 19:]).sum()) < 64
+    assert not torch.equal(arena.cpu(), arena_before)
+    from metakernel.grader.transport import wrap_device_bytes
+
+    freed = wrap_device_bytes(gone_at, 1 << 22).view(torch.float32)
+    assert int((freed.cpu() == gone_values).sum()) < 64  # the free block: noise
+    out.copy_(answer)  # the "kernel"
+    gate.after_launch()
+    torch.cuda.synchronize()
+    assert torch.equal(block.cpu(), saved) and torch.equal(arena.cpu(), arena_before)
+    assert not torch.allclose(out.cpu(), saved[1 << 19:])

@@ -199,6 +199,18 @@ def test_the_cuda_driver_allows_only_its_stream_names(snippet: str, needle: str)
     rejected(snippet, needle)
 
 
+@pytest.mark.parametrize("snippet, needle", [
+    ("y = torch.empty(8, pin_memory=True)", "keyword argument pin_memory"),
+    ("y = torch.zeros(8).pin_memory()", "forbidden attribute .pin_memory"),
+    ("y = torch.ones(8, device='cuda').to('cpu', non_blocking=True)", "keyword argument non_blocking"),
+    ("f = torch.Tensor.is_pinned", "forbidden attribute .is_pinned"),
+])
+def test_page_locked_host_memory_is_refused(snippet: str, needle: str) -> None:
+    """Page-locked host memory lies in the GPU's address space but in no allocation the isolation ablation
+    overwrites: an eager answer kept there was in reach of a copy kernel's index arithmetic (hole 12)."""
+    rejected(snippet, needle)
+
+
 # ------------------------------------------------------------------------------------------------ builtins
 @pytest.mark.parametrize("snippet, needle", [
     ("b = __builtins__", "forbidden name __builtins__"),

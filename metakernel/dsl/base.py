@@ -53,6 +53,12 @@ class LaunchGate:
     launch runs); other launches run untouched. The grader asks this per unit so that a DSL kernel whose values
     the outputs do not depend on (time burnt on scratch memory to pad the DSL share) does not count as DSL work.
     `units`: the distinct units launched since the last `reset`.
+    `isolate`: the isolation ablation (docs/integrity.md hole 12). Before each launch every byte the candidate's
+    eager code could have written (`reachable`: the caching allocator's segments, the input arena) is overwritten
+    with random bytes, except the spans of the launch's own tensor arguments; after it, live memory gets its values
+    back. A kernel that reads only its arguments gives the same outputs; one that reaches an eager answer by
+    address arithmetic from an argument (`anchor.iterator + offset`, `A[offset + i]` on a one-element buffer) reads
+    noise. `isolated` counts the bytes overwritten (-1 once the gate could not copy the live bytes: not conclusive).
     """
 
     mode: str = "run"
@@ -66,11 +72,17 @@ class LaunchGate:
     only: frozenset[str] | None = None
     units: set[tuple[str, ...]] = field(default_factory=set)
     protected: frozenset[int] = frozenset()  # storage addresses of the problem inputs (never poisoned)
+    isolate: bool = False
+    isolated: int = 0
+    # () -> [(uint8 tensor, live)]: the memory a candidate's eager code can write; live bytes are restored after
+    # the launch, the rest (free allocator blocks) keeps the noise. Set by the child; None: nothing to isolate.
+    reachable: Any = None
     # A private CUDA memory pool for the gate's own tensors (audit copies, random fills, saved arguments): made in
     # the caching allocator's default pool they moved where the kernel's next allocation landed, so a probe launch
     # at the start of `solve` told an audited call from the others (session 22's red-teamer). None: the CPU.
     pool: Any = None
     _restore: list[Any] = field(default_factory=list)
+    _isolated: list[Any] = field(default_factory=list)
 
     def should_launch(self, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None,
                       names: tuple[str, ...] | frozenset[str] = (), opaque: bool = False) -> bool:
@@ -99,6 +111,9 @@ class LaunchGate:
         if self.randomize and self.mode == "run" and targeted:
             with self._aside():
                 self._perturb(args, kwargs or {})
+        if self.isolate and self.mode == "run":
+            with self._aside():
+                self._isolate(_tensors(args, kwargs or {}))
         if self.mode == "run" or (self.mode == "suppress" and not targeted):
             return True
         self.suppressed += 1
@@ -161,6 +176,7 @@ class LaunchGate:
             with self._aside():
                 last.after = [t.detach().clone() for t in last.live]
             last.live = []
+        self._give_back()
         if not self._restore:
             return
         import torch
@@ -169,6 +185,31 @@ class LaunchGate:
             for view, saved, perturbed in self._restore:
                 view.copy_(torch.where(view == perturbed, saved, view))
             self._restore = []
+
+    def _isolate(self, tensors: list[Any]) -> None:
+        """Noise in every reachable byte outside the launch's tensor arguments (`isolate`), live bytes saved first.
+
+        The spans kept are the arguments' views (first to last byte they address), not their whole storages: a
+        one-element view of a larger allocation holding the answer is the hole this closes. Saved copies go to the
+        gate's private pool, which `reachable` leaves out (the child offers nothing without that pool: a copy
+        landing in a free block about to be filled would be lost).
+        """
+        self._give_back()  # (a route without an after-hook: the last launch's bytes first)
+        if self.reachable is None or self.isolated < 0:
+            return
+        kept = sorted(_span(t) for t in tensors if t.numel() > 0)
+        try:
+            pieces = [(region[start - region.data_ptr():end - region.data_ptr()], live)
+                      for region, live in self.reachable()
+                      for start, end in _outside(region.data_ptr(), region.data_ptr() + region.numel(), kept)]
+            self._isolated = [(view, view.clone()) for view, live in pieces if live]
+        except Exception:  # noqa: BLE001 - our copies (out of memory): never the kernel's failure, nothing isolated
+            self._isolated = []
+            self.isolated = -1
+            return
+        for view, _ in pieces:
+            view.random_(0, 256)
+            self.isolated += view.numel()
 
     def _perturb(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         import torch
@@ -194,12 +235,20 @@ class LaunchGate:
             self._restore.append((tensor, saved, tensor.clone()))
             self.randomized += 1
 
+    def _give_back(self) -> None:
+        """The live bytes an isolated launch saw as noise, restored."""
+        for view, saved in self._isolated:
+            view.copy_(saved)
+        self._isolated = []
+
     def reset(self) -> None:
         """Forget counts (kernel names are kept: they describe compiled kernels, not calls)."""
         self.launches = 0
         self.suppressed = 0
         self.audited = []
         self.randomized = 0
+        self.isolated = 0
+        self._isolated = []
         self.units = set()
         self._restore = []
 
@@ -232,6 +281,26 @@ def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         if tensor is not None:
             out.append(tensor)
     return out
+
+
+def _span(tensor: Any) -> tuple[int, int]:
+    """The bytes a view addresses, first to last (strides taken as they are: a gap inside a view is kept)."""
+    last = sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride(), strict=True) if size > 0)
+    start = tensor.data_ptr()
+    return start, start + (last + 1) * tensor.element_size()
+
+
+def _outside(start: int, end: int, kept: list[tuple[int, int]]) -> Iterator[tuple[int, int]]:
+    """The parts of [start, end) that no span of `kept` (sorted) covers."""
+    at = start
+    for lo, hi in kept:
+        if hi <= at or lo >= end:
+            continue
+        if lo > at:
+            yield at, lo
+        at = max(at, hi)
+    if at < end:
+        yield at, end
 
 
 def _stream(value: Any) -> bool:

@@ -425,6 +425,7 @@ class Bound:
         self.dispatch_depth = torch._C._len_torch_dispatch_stack
         self.disable_tf = torch._C.DisableTorchFunction
         self.sync = torch._C._cuda_synchronize if device == "cuda" else (lambda: None)
+        self.snapshot = torch.cuda.memory_snapshot if device == "cuda" else (lambda: [])
         from torch.autograd import profiler as p
 
         self.prof = (p._prepare_profiler, p._enable_profiler, p._disable_profiler, p.ProfilerConfig,
@@ -476,6 +477,7 @@ class Child:
 
             self.adapter = get_adapter(self.config["dsl"])
             self.gate = LaunchGate(mode="intercept" if self.config.get("dry_run") else "run")
+            self.gate.reachable = self._reachable
             started = _perf()
             self.adapter.import_dsl()
             self.adapter.install_hooks(self.gate)
@@ -581,11 +583,13 @@ class Child:
         if mode != "run":
             gate.audited = []
             gate.randomized = 0
-        gate.mode = "run" if mode in ("run", "audit", "randomize") else mode
+            gate.isolated = 0
+        gate.mode = "run" if mode in ("run", "audit", "randomize", "isolate") else mode
         if gate.mode == "run" and self.config.get("dry_run"):
             gate.mode = "intercept"
         gate.audit = mode == "audit"
         gate.randomize = mode == "randomize"
+        gate.isolate = mode == "isolate"
         gate.only = frozenset(str(n) for n in only) if only else None
 
     def _private_pool(self) -> None:
@@ -601,6 +605,34 @@ class Child:
             self.gate.pool = torch.cuda.MemPool()
         except Exception:  # noqa: BLE001 - a hardening: without it the gate allocates as before
             self.gate.pool = None
+
+    def _reachable(self) -> list[tuple[Any, bool]]:
+        """What the candidate's eager code can write, for the isolation ablation (`LaunchGate.isolate`).
+
+        The input arena (every draw of the row lies there, and a view's storage spans all of it) and every block of
+        the caching allocator, live or free (a freed tensor keeps its values until reused), except the gate's own
+        pool, where the saved copies go. Nothing without that pool: a copy could land in a free block listed here
+        and be overwritten by the fill that follows. The output arena is left out: eager code cannot reach it (no
+        tensor of the candidate's lies there, and a view cannot be made of an address).
+        """
+        gate = self.gate
+        if gate is None or gate.pool is None or self.device != "cuda":
+            return []
+        regions: list[tuple[Any, bool]] = []
+        if self.arena_in is not None:
+            regions.append((self.arena_in, True))
+        own = tuple(gate.pool.id)
+        device = self.torch.cuda.current_device()
+        for segment in self.b.snapshot():
+            if segment.get("device", device) != device or tuple(segment.get("segment_pool_id") or ()) == own:
+                continue
+            address = int(segment["address"])
+            for block in segment.get("blocks") or ():
+                size = int(block["size"])
+                if size > 0:
+                    regions.append((transport.wrap_device_bytes(address, size), block.get("state") != "inactive"))
+                address += size
+        return regions
 
     def _set_mode(self, mode: str) -> None:
         """The gate in `mode` for a whole request, its counts forgotten."""
@@ -838,6 +870,8 @@ class Child:
                 self._audit_reply(msg, reply, out_blobs)
             if self.gate is not None and mode in ("audit", "randomize"):
                 reply["randomized"] = self.gate.randomized
+            if self.gate is not None and mode == "isolate":
+                reply["isolated"] = self.gate.isolated
             if self.gate is not None:  # the gate's copies die with this row, and its pool with them
                 self.gate.audited, self.gate.pool = [], None
         if self.device == "cpu":

@@ -24,7 +24,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -243,7 +243,7 @@ class Evaluation:
         self.timed_rows = 0
         self.eager_ahead: StartingWorker | None = None  # the eager baseline's child, started early (baselines)
 
-    def end(self, status: str, reason: str, message: str = "", **fields: Any) -> None:
+    def end(self, status: str, reason: str, message: str = "", **fields: Any) -> NoReturn:
         copy = getattr(self.worker, "path", None) if self.worker is not None else None
         if copy is not None and message:  # tracebacks name the child's copy: show the user's own file instead
             message = message.replace(str(copy), str(self.kernel))
@@ -546,6 +546,43 @@ class Evaluation:
         if row == 1:
             pairs.append(("randomize", 0))
         return pairs
+
+    def isolation(self) -> None:
+        """Every position of a row once with the DSL launches isolated: the outputs must stay correct.
+
+        Before each launch every byte the file's eager code could have written (the caching allocator's blocks, the
+        input arena) is noise, except the launch's own tensor arguments (`LaunchGate.isolate`). A kernel reads its
+        arguments only, so its outputs do not change; a copy kernel that reached an eager answer by index arithmetic
+        from a one-element argument (docs/integrity.md hole 12: no op, name or token shows it) reads noise. A
+        failure here is the kernel's: an honest one never reads the noise.
+        """
+        started = time.perf_counter()
+        row = self.row_size()
+        isolated, failed = 0, False
+        for position in _RANDOM.sample(range(row), row):
+            inputs = self.draw()
+            try:
+                reply, seen, out = self._quiet_call(inputs, "isolate", position=position)
+            except _Crashed as exc:
+                self.end("rule_violation", "dsl_reach",
+                         f"the process failed ({exc}) while memory not handed to the {self.dsl} launches held noise: a "
+                         "DSL kernel reads memory outside its tensor arguments")
+            if reply is None:
+                self.end("rule_violation", "dsl_reach",
+                         f"solve raised while memory not handed to the {self.dsl} launches held noise: a DSL kernel "
+                         "reads memory outside its tensor arguments")
+            count = int(reply.get("isolated") or 0)
+            isolated, failed = max(isolated, count), failed or count < 0
+            if count > 0 and not self._still_correct(inputs, seen, out):
+                self.end("rule_violation", "dsl_reach",
+                         f"outputs are wrong when the memory not handed to the {self.dsl} launches holds noise while "
+                         "they run: a DSL kernel reads memory outside its tensor arguments (pass everything it "
+                         "reads as a tensor argument)")
+        self.report.ablations["isolate"] = (
+            f"outputs unchanged with {isolated / 2**20:.0f} MiB outside the launches' arguments overwritten"
+            if isolated > 0 else "the grader could not copy the live memory (out of memory): not conclusive"
+            if failed else "nothing to isolate here (no CUDA allocator): not conclusive")
+        self.report.phases_s["isolation"] = time.perf_counter() - started
 
     def _quiet_call(self, inputs: list[Any], mode: str, **extra: Any
                     ) -> tuple[dict[str, Any] | None, list[Any], Any]:
@@ -1026,6 +1063,7 @@ def grade(problem: Problem, dsl: str, kernel: Path, device: str = "cuda", option
             mark = time.perf_counter()
             ev.audits()
             ev.report.phases_s["audit"] = time.perf_counter() - mark
+            ev.isolation()
             if ev.eager_ahead is not None:
                 ev.eager_ahead.wait()  # no process start beside a timed phase (its own or another grading's)
         mark = time.perf_counter()

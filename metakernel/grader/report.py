@@ -13,8 +13,10 @@ SCHEMA = "metakernel.grade/2"
 #: call (grader.worker.Worker.place), every call of a row required to launch the DSL, timed calls to run only the
 #: DSL functions checked calls ran; 5 = a row's first call warms the host and is not timed (the sample is the mean
 #: of the later calls), a fifth of the timed and profiled calls compared after the fact, the end-to-end median
-#: required to reach 0.95 x the profiled GPU time, no stale draw left in the input arena.
-PROTOCOL = 5
+#: required to reach 0.95 x the profiled GPU time, no stale draw left in the input arena; 6 = the isolation
+#: ablation: the outputs must stay correct when every byte the file's eager code could write, except each DSL
+#: launch's own tensor arguments, is noise while that launch runs (docs/integrity.md hole 12).
+PROTOCOL = 6
 STATUSES = ("passed", "wrong", "compile_error", "runtime_error", "timeout", "rule_violation", "infra_error")
 
 

@@ -80,6 +80,9 @@ _CUDA_API = ("the CUDA driver or runtime API reached through CuTe's internals: i
 _TVM_LIBRARY = ("TVM's operator libraries, graph compiler and auto-schedulers write the kernel for you: write it in "
                 "TVMScript (@Tx.prim_func) and build it with tvm.compile")
 #: Attribute names refused on any object: features that bypass the DSL, the timing or the outputs' checks.
+_PINNED = "page-locked host memory is visible to GPU kernels outside the grader's view: keep the data on the GPU"
+#: Attribute and keyword names that make page-locked host memory (`non_blocking` copies to the CPU do).
+PINNED_NAMES = ("pin_memory", "is_pinned", "non_blocking")
 FEATURE_ATTRIBUTES: dict[str, str] = {
     **dict.fromkeys(("graph", "graphs", "CUDAGraph", "make_graphed_callables", "is_current_stream_capturing"),
                     _GRAPHS),
@@ -88,6 +91,9 @@ FEATURE_ATTRIBUTES: dict[str, str] = {
                     _ROUTE),
     **dict.fromkeys(("overrides", "TorchFunctionMode", "TorchDispatchMode", "as_subclass"), _HOOKS),
     **dict.fromkeys(("distributed", "nccl"), "distributed runtimes: work outside the timed call"),
+    # page-locked host memory is mapped into the GPU's address space, outside every allocation the isolation
+    # ablation overwrites: a kernel reaches it by index arithmetic past a tensor argument (docs/integrity.md hole 12)
+    **dict.fromkeys(PINNED_NAMES, _PINNED),
     **dict.fromkeys((
         "contrib ffi tvm_ffi get_global_func list_global_func_names register_func register_global_func get_function "
         "load_module load_static_library import_module system_lib time_evaluator rpc call_packed call_cpacked "
@@ -465,6 +471,8 @@ class _Checker:
             self._name(n)
         elif isinstance(n, ast.keyword) and n.arg and _DUNDER.fullmatch(n.arg):
             self.flag(n, "dunder keywords build namespaces by hand", f"keyword argument {n.arg}")
+        elif isinstance(n, ast.keyword) and n.arg in PINNED_NAMES:
+            self.flag(n, _PINNED, f"keyword argument {n.arg}")
         elif isinstance(n, ast.MatchClass):
             for attr in n.kwd_attrs:
                 self._attribute(n, attr, _Origin("unknown"), False)
