@@ -204,10 +204,14 @@ def test_the_cuda_driver_allows_only_its_stream_names(snippet: str, needle: str)
     ("y = torch.zeros(8).pin_memory()", "forbidden attribute .pin_memory"),
     ("y = torch.ones(8, device='cuda').to('cpu', non_blocking=True)", "keyword argument non_blocking"),
     ("f = torch.Tensor.is_pinned", "forbidden attribute .is_pinned"),
+    ("import tvm\nt = torch.from_dlpack(tvm.runtime.empty((4,), 'float32', tvm.cuda(0)))",
+     "forbidden attribute .from_dlpack"),
+    ("import tvm\na = tvm.runtime.empty((4,), 'float32', tvm.cuda(0))\na.copyfrom(x)", "forbidden attribute .copyfrom"),
 ])
-def test_page_locked_host_memory_is_refused(snippet: str, needle: str) -> None:
-    """Page-locked host memory lies in the GPU's address space but in no allocation the isolation ablation
-    overwrites: an eager answer kept there was in reach of a copy kernel's index arithmetic (hole 12)."""
+def test_memory_outside_torch_s_device_allocator_is_refused(snippet: str, needle: str) -> None:
+    """Page-locked host memory, and another library's device memory made a torch tensor (DLPack) or filled from the
+    host, lie in the GPU's address space but in no allocation the isolation ablation overwrites: an eager answer
+    kept there was in reach of a copy kernel's index arithmetic (hole 12)."""
     rejected(snippet, needle)
 
 

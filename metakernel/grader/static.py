@@ -94,6 +94,10 @@ FEATURE_ATTRIBUTES: dict[str, str] = {
     # page-locked host memory is mapped into the GPU's address space, outside every allocation the isolation
     # ablation overwrites: a kernel reaches it by index arithmetic past a tensor argument (docs/integrity.md hole 12)
     **dict.fromkeys(PINNED_NAMES, _PINNED),
+    # another library's device memory as a torch tensor (a TVM tensor through DLPack) or filled from the host: eager
+    # code could keep an answer there, outside every allocation the isolation ablation overwrites (hole 12)
+    **dict.fromkeys(("from_dlpack", "to_dlpack", "copyfrom", "copyto"),
+                    "memory of another library's allocator: allocate with torch and pass torch tensors"),
     **dict.fromkeys((
         "contrib ffi tvm_ffi get_global_func list_global_func_names register_func register_global_func get_function "
         "load_module load_static_library import_module system_lib time_evaluator rpc call_packed call_cpacked "
