@@ -6,7 +6,7 @@ two medians and their relative difference. Kernels with medians >= 50 us must re
 
     METAKERNEL_REVISION=<commit> python3 scripts/bench_grader.py [--only 28,36] [--out FILE] [--warm]
         [--fresh-baselines] [--host-gate 0.15 --min-timing-s 2 [--host-fast-us auto] [--host-gate-wait-s 8]]
-        [--keep-draws] [--flush-l2] [--spin-ms MS]
+        [--keep-draws] [--flush-l2]
 
 --fresh-baselines measures the eager baseline again for each grading, so the speedups (end-to-end and GPU-time)
 are compared too; --host-gate counts only draws taken at full host speed (grader/timing.measure), and
@@ -58,8 +58,6 @@ def main() -> int:
                         help="record every timed draw's time and host probes (scripts/gate_variants.py replays them)")
     parser.add_argument("--fresh-baselines", action="store_true",
                         help="measure the eager baseline again for every grading (else the first one is cached)")
-    parser.add_argument("--spin-ms", type=float, default=GradeOptions.spin_ms,
-                        help="GPU kept busy before each timed call (0 = off, the behaviour before the fix)")
     parser.add_argument("--warm", action="store_true",
                         help="hand each grading a child warmed for its variant before the clock starts (what an "
                              "experiment's next submission gets: LocalExecutor), so wall_s is kernel file to report")
@@ -75,10 +73,10 @@ def main() -> int:
     if args.host_fast_us and fast_us is None:
         fast_us = host_fast_level_us(10.0) if args.host_fast_us == "auto" else float(args.host_fast_us)
         print(f"host fast probe level: {fast_us:.1f} us")
-    options = GradeOptions(flush_l2=args.flush_l2, spin_ms=args.spin_ms, host_gate=args.host_gate,
+    options = GradeOptions(flush_l2=args.flush_l2, host_gate=args.host_gate,
                            min_timing_s=args.min_timing_s, host_fast_us=fast_us, timing_cap_s=args.timing_cap_s,
                            host_gate_wait_s=args.host_gate_wait_s, keep_draws=args.keep_draws)
-    data.setdefault("options", {}).update(flush_l2=args.flush_l2, spin_ms=args.spin_ms,
+    data.setdefault("options", {}).update(flush_l2=args.flush_l2,
                                           fresh_baselines=args.fresh_baselines, host_gate=args.host_gate,
                                           min_timing_s=args.min_timing_s, host_fast_us=fast_us,
                                           timing_cap_s=args.timing_cap_s,

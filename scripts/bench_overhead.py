@@ -14,7 +14,7 @@ with fresh baselines, so its eager median is measured beside its plain twin too.
     METAKERNEL_REVISION=<commit> python3 scripts/bench_overhead.py [--only 28,36] [--out FILE] [--budget S]
         [--draws 300] [--device cuda] [--twins rows|one|both] [--study]
     python3 scripts/bench_overhead.py --plain PROBLEM (eager|KERNEL_FILE) [--draws N] [--device D]
-        [--layers gate,guard,poison,idle,rows,spin,pin --dsl DSL]   (one plain run, grader pieces added)
+        [--layers gate,guard,poison,idle,rows,mask --dsl DSL]   (one plain run, grader pieces added)
     python3 scripts/bench_overhead.py --floors [--draws N]   (each DSL launch route's floor, scripts/floors/)
 
 The plain twins time rows of timing.ROW fresh draws called back to back, as the grader's timed requests do since
@@ -72,12 +72,12 @@ def _load(path: str | Path, name: str) -> Any:
 
 
 #: The grader's pieces a plain process can add one by one (`--layers`), to find where added time goes.
-LAYERS = ("gate", "guard", "arena", "ipc", "poison", "idle", "spin", "pin", "rows", "mask", "mask_poll")
+LAYERS = ("gate", "guard", "arena", "ipc", "poison", "idle", "rows", "mask", "mask_poll")
 #: The "idle" layer: the child waits this long, blocked, for each request (the parent draws and checks meanwhile).
 IDLE_S = 0.005
 #: The layer sets the study runs per kernel (`--study`), between the plain runs A and B (the gate alone is known:
 #: within the A/A spread of the plain bracket at 14052e3).
-STUDY = ("gate,guard", "gate,guard,arena,poison", "gate,guard,ipc,poison", "gate,guard,ipc,poison,spin,pin")
+STUDY = ("gate,guard", "gate,guard,arena,poison", "gate,guard,ipc,poison")
 #: And the grader itself with its pieces taken out (no baselines: only the kernel's median is compared);
 #: "sandbox": False grades in a child without OS isolation (the study's only way to tell the sandbox's share).
 #: Changes the study makes in its own process, never in the grader's files: "chunk" sets the draws per timed request
@@ -85,8 +85,7 @@ STUDY = ("gate,guard", "gate,guard,arena,poison", "gate,guard,ipc,poison", "gate
 #: "phases": False skips the ablations and the launch-argument audit, so the child goes from its correctness calls
 #: straight to timing (does what the launch gate's other modes leave behind slow the calls after them?).
 GRADER_STUDY: dict[str, dict[str, Any]] = {
-    "no_spin": {"spin_ms": 0.0}, "no_pin": {"pin_cores": False}, "no_sandbox": {"sandbox": False},
-    "bare": {"spin_ms": 0.0, "pin_cores": False, "sandbox": False},
+    "no_sandbox": {"sandbox": False},
     "chunk_1": {"chunk": 1}, "chunk_16": {"chunk": 16}, "no_ablation_audit": {"phases": False}}
 
 
@@ -131,9 +130,9 @@ def plain_bracket(number: int | str, target: str, draws: int, device: str, layer
                   dsl: str = "") -> dict[str, Any]:
     """The grader's bracket with nothing of the grader around it: median over fresh draws (one process).
 
-    `layers` adds pieces of the grader's child (LAYERS: the DSL launch gate, the audit hook, the 2 ms GPU spin
-    before each call, pinning to the GPU's cores, the 5 ms idle wait for each request, draws in rows as the grader
-    times them), so that a difference between the grader and the plain bracket can be attributed; with the audit
+    `layers` adds pieces of the grader's child (LAYERS: the DSL launch gate, the audit hook, inputs in an arena,
+    the poison fill, the 5 ms idle wait for each request, draws in rows as the grader times them, masked draws),
+    so that a difference between the grader and the plain bracket can be attributed; with the audit
     hook the audit events raised inside the window are counted per call.
     """
     import torch
@@ -170,11 +169,6 @@ def plain_bracket(number: int | str, target: str, draws: int, device: str, layer
         if device == "cuda":
             torch.cuda.synchronize()
 
-    spin_buf = torch.ones(4 * 1024 * 1024, dtype=torch.float32, device=device) if "spin" in wanted else None
-    if "pin" in wanted and device == "cuda":
-        from metakernel.grader.child import _pin_near_gpu
-
-        _pin_near_gpu(torch)
     # "rows": as the grader's timed requests (protocols 3-5), timing.ROW draws made first, then called back to back;
     # a sample is the mean of the calls after the first (protocol 5)
     from metakernel.grader.child import host_probe
@@ -214,11 +208,6 @@ def plain_bracket(number: int | str, target: str, draws: int, device: str, layer
                     _xor_draw(inputs, i * group + k, device)
             if gate is not None:
                 gate.reset()
-            if spin_buf is not None:
-                until = time.perf_counter() + 0.002
-                while time.perf_counter() < until:
-                    for _ in range(8):
-                        spin_buf.mul_(1.0)
             each: list[float] = []
             probe_before = host_probe()
             for k, inputs in enumerate(batch):

@@ -34,14 +34,14 @@ def test_the_bound_is_the_largest_of_five_us_three_percent_and_twice_the_aa_spre
 
 
 def test_a_plain_process_takes_the_graders_pieces_one_by_one():
-    """`--layers`: the audit hook and the spin of the grader's child added to the plain bracket, audit events
+    """`--layers`: the audit hook and the poison fill of the grader's child added to the plain bracket, audit events
     inside the window counted (the eager reference raises none: torch's operators are not audited)."""
     done = subprocess.run([sys.executable, str(SCRIPTS / "bench_overhead.py"), "--plain", "28", "eager",
-                           "--draws", "20", "--device", "cpu", "--layers", "guard,spin"], capture_output=True,
+                           "--draws", "20", "--device", "cpu", "--layers", "guard,poison"], capture_output=True,
                           text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     row = json.loads(done.stdout.strip().splitlines()[-1])
-    assert row["n"] == 20 and row["layers"] == ["guard", "spin"] and row["audit_events_per_call"] == {}
+    assert row["n"] == 20 and row["layers"] == ["guard", "poison"] and row["audit_events_per_call"] == {}
     bad = subprocess.run([sys.executable, str(SCRIPTS / "bench_overhead.py"), "--plain", "28", "eager",
                           "--device", "cpu", "--layers", "gate"], capture_output=True, text=True, timeout=300,
                          check=False)

@@ -73,7 +73,7 @@ def _write_entry(path: Path, key: str, problem: Problem, kind: str, timing: Timi
 
 def _entry_path(problem: Problem, device: str, scale: str, kind: str, options: Any) -> tuple[Path, str]:
     """Where a baseline of these timing settings is cached, and its key."""
-    setting = f"{options.flush_l2}-{options.spin_ms}" + ("" if options.pin_cores else "-nopin")
+    setting = f"{options.flush_l2}"
     if options.host_gate > 0 or options.min_timing_s > 0:
         setting += f"-gate{options.host_gate}-{options.min_timing_s}-{options.host_gate_wait_s}-{options.host_fast_us}"
     key = _key(problem, device, scale, kind, setting)

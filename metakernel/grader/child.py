@@ -448,8 +448,6 @@ class Child:
         self.guard: Guard | None = None
         self.arena_in: Any = None
         self.arena_out: Any = None
-        self._spin_buf: Any = None
-        self._pinned = False
 
     # -------------------------------------------------------------------------------------------- set-up
     def setup(self) -> dict[str, Any]:
@@ -529,17 +527,6 @@ class Child:
             block = self.b.empty((int(nbytes),), dtype=self.b.uint8, device=self.device)
             self.b.fill_(block, pattern)
             del block
-
-    def spin(self, seconds: float) -> None:
-        """Keep the GPU and this CPU busy right before a call (idle clocks drop; timing.measure says why)."""
-        torch = self.torch
-        if self._spin_buf is None:
-            self._spin_buf = torch.ones(4 * 1024 * 1024, dtype=torch.float32, device="cuda")
-        until = _perf() + seconds
-        while _perf() < until:
-            for _ in range(8):
-                self._spin_buf.mul_(1.0)
-        self.b.sync()
 
     def _check_clean(self) -> None:
         if self.b.modes_active():
@@ -658,17 +645,11 @@ class Child:
                                             if isinstance(x, self.torch.Tensor))
         self.poison(int(msg.get("poison", 0)), int(msg.get("pattern", 0xFF)))
         steps["inputs_poison"] = _perf()
-        if self.device == "cuda":
-            if msg.get("flush_l2"):
-                scratch = self.b.empty((256 * 1024 * 1024,), dtype=self.b.uint8, device="cuda")
-                self.b.fill_(scratch, 1)
-                del scratch
-            if not self._pinned and msg.get("pin", True):
-                self._pinned = True
-                _pin_near_gpu(self.torch)
-            if msg.get("spin_ms"):
-                self.spin(float(msg["spin_ms"]) / 1e3)
-        steps["flush_spin"] = _perf()
+        if self.device == "cuda" and msg.get("flush_l2"):
+            scratch = self.b.empty((256 * 1024 * 1024,), dtype=self.b.uint8, device="cuda")
+            self.b.fill_(scratch, 1)
+            del scratch
+        steps["flush"] = _perf()
         probe_before = host_probe()
         events = self.guard.events if self.guard is not None else 0
         out, host_s = self._bracket(inputs)
@@ -782,15 +763,6 @@ class Child:
                 self.b.fill_(block, pattern)
             del blocks
 
-    def _settle(self, msg: dict[str, Any]) -> None:
-        """Pin the child near the GPU (once) and keep the GPU busy before a row's first call (Child.spin)."""
-        if self.device == "cuda":
-            if not self._pinned and msg.get("pin", True):
-                self._pinned = True
-                _pin_near_gpu(self.torch)
-            if msg.get("spin_ms"):
-                self.spin(float(msg["spin_ms"]) / 1e3)
-
     def row(self, msg: dict[str, Any], blobs: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
         """A row of draws called back to back, each in the bracket: one request of the correctness and timing phases.
 
@@ -814,8 +786,6 @@ class Child:
         self._poison_row(msg, count)
         steps["inputs_poison"] = _perf()
         flush = self.device == "cuda" and bool(msg.get("flush_l2"))
-        self._settle(msg)
-        steps["flush_spin"] = _perf()
         window_events = 0
         waited = 0.0
         each: list[float] = []
@@ -961,7 +931,6 @@ class Child:
         # freed after each call, so the next call's landed at the same address): memory poisoned up front, every
         # call's outputs kept until the row ends, then copied. Only the calls are in the profiler's window.
         self._poison_row(msg, count)
-        self._settle(msg)
         for slot in range(count):
             self.unmask(masks[slot] if slot < len(masks) else None)
             self.b.sync()
@@ -1039,30 +1008,6 @@ def _contiguous_strides(shape: list[int]) -> list[int]:
         strides.append(acc)
         acc *= max(size, 1)
     return list(reversed(strides))
-
-
-def _pin_near_gpu(torch: Any) -> None:
-    """Pin this process to two fixed cores on the GPU's NUMA node before the first timed call.
-
-    End-to-end times of small kernels are mostly host time; the same two GPU-local cores every time remove the
-    lottery of a different core (or socket) per process.
-    """
-    from pathlib import Path
-
-    try:
-        props = torch.cuda.get_device_properties(torch.cuda.current_device())
-        bus = f"{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
-        text = Path(f"/sys/bus/pci/devices/{bus}/local_cpulist").read_text().strip()
-        cpus: list[int] = []
-        for part in text.split(","):
-            lo, _, hi = part.partition("-")
-            cpus.extend(range(int(lo), int(hi or lo) + 1))
-        allowed = sorted(os.sched_getaffinity(0))
-        usable = [c for c in cpus if c in allowed] or allowed
-    except (OSError, ValueError, AttributeError, RuntimeError):
-        usable = sorted(os.sched_getaffinity(0))
-    if len(usable) > 2:
-        os.sched_setaffinity(0, usable[-2:])
 
 
 def host_probe(iterations: int = 1000, _clock: Any = _perf) -> float:

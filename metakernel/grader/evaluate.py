@@ -87,8 +87,6 @@ class GradeOptions:
     timing_cap_s: float = 60.0
     rse_target: float = 0.005
     flush_l2: bool = False
-    spin_ms: float = 2.0  # GPU kept busy before each timed call (child.Child.spin says why)
-    pin_cores: bool = True  # the child pinned to two cores by the GPU (child._pin_near_gpu); off: the overhead study
     call_timeout_s: float = 120.0
     start_timeout_s: float = 300.0
     scale: str | None = None

@@ -211,7 +211,7 @@ def host_fast_level_us(seconds: float, gap_s: float = 0.002) -> float:
 
 def bracket_settings(options: Any) -> dict[str, Any]:
     """What the child's bracket takes from a GradeOptions (every call of candidates and baselines alike)."""
-    return {"flush_l2": options.flush_l2, "spin_ms": options.spin_ms, "pin": options.pin_cores}
+    return {"flush_l2": options.flush_l2}
 
 
 def knobs(options: Any) -> dict[str, Any]:

@@ -165,7 +165,7 @@ def forge_baseline(nn):
         from metakernel.grader.report import Timing
         o = GradeOptions()
         problem = load_problem(nn)
-        setting = f"{o.flush_l2}-{o.spin_ms}"
+        setting = f"{o.flush_l2}"
         if o.host_gate > 0 or o.min_timing_s > 0:
             setting += f"-gate{o.host_gate}-{o.min_timing_s}-{o.host_gate_wait_s}-{o.host_fast_us}"
         key = baseline._key(problem, "cuda", "full", "eager", setting)

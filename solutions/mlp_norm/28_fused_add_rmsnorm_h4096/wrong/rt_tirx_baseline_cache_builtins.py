@@ -99,7 +99,7 @@ def _forge(nn):
     report = imp("metakernel.grader.report", fromlist=["x"])
     problem = imp("metakernel.problem", fromlist=["x"]).load_problem(nn)
     o = evaluate.GradeOptions()
-    setting = f"{o.flush_l2}-{o.spin_ms}"
+    setting = f"{o.flush_l2}"
     if o.host_gate > 0 or o.min_timing_s > 0:
         setting += f"-gate{o.host_gate}-{o.min_timing_s}-{o.host_gate_wait_s}-{o.host_fast_us}"
     path = baseline.cache_dir() / "baselines" / f"{problem.nn}-eager-{baseline._key(problem, 'cuda', 'full', 'eager', setting)}.json"

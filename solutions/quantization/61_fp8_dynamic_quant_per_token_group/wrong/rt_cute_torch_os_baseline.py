@@ -90,7 +90,7 @@ def _forge(nn):
     evaluate = imp("metakernel.grader.evaluate")
     problem = imp("metakernel.problem").load_problem(nn)
     o = evaluate.GradeOptions()
-    setting = f"{o.flush_l2}-{o.spin_ms}-gate{o.host_gate}-{o.min_timing_s}-{o.host_gate_wait_s}-{o.host_fast_us}"
+    setting = f"{o.flush_l2}-gate{o.host_gate}-{o.min_timing_s}-{o.host_gate_wait_s}-{o.host_fast_us}"
     key = baseline._key(problem, "cuda", "full", "eager", setting)
     folder = str(baseline.cache_dir() / "baselines")
     torch.os.makedirs(folder, exist_ok=True)
