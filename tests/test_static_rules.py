@@ -186,6 +186,10 @@ def test_allowlisted_imports_pass() -> None:
         import tvm.runtime, tvm.target, tvm.ir, tvm.arith
         from tvm.script.tirx import prim_func
         """, "tirx")
+    clean("""
+        import cutlass.cute as cute
+        a = cute.runtime.from_dlpack(torch.ones(4, device="cuda"), assumed_align=16)
+        """)  # CuTe's own wrapper of a torch tensor (torch.from_dlpack of another library's memory is refused)
     assert "cutlass.cute.*" in ALLOWED_IMPORTS["cute"] and "tvm.script.tirx.*" in ALLOWED_IMPORTS["tirx"]
 
 
@@ -207,6 +211,8 @@ def test_the_cuda_driver_allows_only_its_stream_names(snippet: str, needle: str)
     ("import tvm\nt = torch.from_dlpack(tvm.runtime.empty((4,), 'float32', tvm.cuda(0)))",
      "forbidden attribute .from_dlpack"),
     ("import tvm\na = tvm.runtime.empty((4,), 'float32', tvm.cuda(0))\na.copyfrom(x)", "forbidden attribute .copyfrom"),
+    ("from torch.utils.dlpack import from_dlpack", "forbidden attribute .from_dlpack"),
+    ("f = x.from_dlpack", "forbidden attribute .from_dlpack"),
 ])
 def test_memory_outside_torch_s_device_allocator_is_refused(snippet: str, needle: str) -> None:
     """Page-locked host memory, and another library's device memory made a torch tensor (DLPack) or filled from the

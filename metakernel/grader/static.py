@@ -81,6 +81,7 @@ _TVM_LIBRARY = ("TVM's operator libraries, graph compiler and auto-schedulers wr
                 "TVMScript (@Tx.prim_func) and build it with tvm.compile")
 #: Attribute names refused on any object: features that bypass the DSL, the timing or the outputs' checks.
 _PINNED = "page-locked host memory is visible to GPU kernels outside the grader's view: keep the data on the GPU"
+_FOREIGN_MEMORY = "memory of another library's allocator: allocate with torch and pass torch tensors"
 #: Attribute and keyword names that make page-locked host memory (`non_blocking` copies to the CPU do).
 PINNED_NAMES = ("pin_memory", "is_pinned", "non_blocking")
 FEATURE_ATTRIBUTES: dict[str, str] = {
@@ -96,8 +97,8 @@ FEATURE_ATTRIBUTES: dict[str, str] = {
     **dict.fromkeys(PINNED_NAMES, _PINNED),
     # another library's device memory as a torch tensor (a TVM tensor through DLPack) or filled from the host: eager
     # code could keep an answer there, outside every allocation the isolation ablation overwrites (hole 12)
-    **dict.fromkeys(("from_dlpack", "to_dlpack", "copyfrom", "copyto"),
-                    "memory of another library's allocator: allocate with torch and pass torch tensors"),
+    # (CuTe's own `cute.runtime.from_dlpack` wraps a torch tensor and stays: `_attribute_reason` lets it through)
+    **dict.fromkeys(("from_dlpack", "to_dlpack", "copyfrom", "copyto"), _FOREIGN_MEMORY),
     **dict.fromkeys((
         "contrib ffi tvm_ffi get_global_func list_global_func_names register_func register_global_func get_function "
         "load_module load_static_library import_module system_lib time_evaluator rpc call_packed call_cpacked "
@@ -585,6 +586,8 @@ class _Checker:
             return "the MLIR bindings build modules of any text: write the kernel with cute's API (tvm.ir stays)"
         if name in CUTE_IR_NAMES and getattr(self, "dsl", None) == "cute":
             return CUTE_IR_NAMES[name]
+        if name == "from_dlpack" and origin.kind == "dsl" and (origin.path or "").startswith("cutlass.cute"):
+            return None  # CuTe's wrapper of a torch tensor: the memory stays torch's, where the isolation reaches
         reason = MODULE_ATTRIBUTES.get(name) or FEATURE_ATTRIBUTES.get(name)
         reason = reason or next((why for pattern, why in ATTRIBUTE_PATTERNS if pattern.search(name)), None)
         if reason:
