@@ -99,4 +99,5 @@ def test_isolation_covers_the_allocator_and_keeps_the_gate_s_copies():
     gate.after_launch()
     torch.cuda.synchronize()
     assert torch.equal(block.cpu(), saved) and torch.equal(arena.cpu(), arena_before)
+    assert torch.equal(freed.cpu(), gone_values)  # the free block's stale bytes too: nothing after it tells
     assert not torch.allclose(out.cpu(), saved[1 << 19:])

@@ -518,36 +518,39 @@ def test_the_gate_refuses_device_memory_it_cannot_read():
         LaunchGate(mode="run", audit=True).should_launch((torch.zeros(4), CUstream(0)))
 
 
-def test_isolation_fills_what_a_launch_was_not_handed_and_restores_live_memory():
+def test_isolation_fills_what_a_launch_was_not_handed_and_restores_all_of_it():
     """Hole 12: a copy kernel handed a one-element view reached the eager answer by index arithmetic (`anchor.iterator
     + off`, `A[off + i]`). Under the isolation ablation every reachable byte outside the launch's argument views is
-    noise while it runs: the answer beside the anchor in the same allocation too; live memory gets its bytes back
-    after the launch, free blocks keep the noise."""
+    noise while it runs: the answer beside the anchor in the same allocation too. Every byte gets its value back
+    after the launch, free blocks included: a block freed before the launch and allocated after it held noise in
+    isolated calls only, a tell for a second launch to turn honest (rt_cute_isolation_tell)."""
     torch.manual_seed(7)
     block = torch.randn(1024)  # one allocation: anchor view, then the eager answer
     anchor, answer = block[:1], block[512:768]
     free, out, x = torch.randn(256), torch.zeros(256), torch.randn(256)
-    saved_block, saved_x = block.clone(), x.clone()
-    regions = [(block.view(torch.uint8), True), (free.view(torch.uint8), False), (x.view(torch.uint8), True)]
+    saved_block, saved_x, saved_free = block.clone(), x.clone(), free.clone()
+    regions = [block.view(torch.uint8), free.view(torch.uint8), x.view(torch.uint8)]
     gate = LaunchGate(mode="run", isolate=True, reachable=lambda: regions)
     assert gate.should_launch((anchor, out))
     assert gate.isolated == block.nbytes - 4 + free.nbytes + x.nbytes
     assert torch.equal(anchor, saved_block[:1])  # the argument's own bytes are kept
     assert int((answer == saved_block[512:768]).sum()) < 8 and not torch.equal(x, saved_x)
+    assert not torch.equal(free, saved_free)
     out.copy_(answer)  # the "kernel": reads past its anchor
     gate.after_launch()
     assert not torch.allclose(out, saved_block[512:768])  # it copied noise: the outputs break
-    assert torch.equal(block, saved_block) and torch.equal(x, saved_x)  # live memory restored
+    assert torch.equal(block, saved_block) and torch.equal(x, saved_x)  # every byte restored,
+    assert torch.equal(free, saved_free)  # the free block's stale values too
     strided = torch.randn(8, 16)[:, :4]  # a view's span runs from its first to its last element
     region = strided.untyped_storage()
     whole = torch.empty(0, dtype=torch.uint8).set_(region)
     before = whole.clone()
-    LaunchGate(mode="run", isolate=True, reachable=lambda: [(whole, False)]).should_launch((strided,))
+    LaunchGate(mode="run", isolate=True, reachable=lambda: [whole]).should_launch((strided,))
     span = (7 * 16 + 4) * 4
     assert torch.equal(whole[:span], before[:span]) and not torch.equal(whole[span:], before[span:])
 
 
-def test_isolation_that_cannot_copy_live_memory_isolates_nothing():
+def test_isolation_that_cannot_copy_memory_isolates_nothing():
     """The gate's own copies failing (out of memory on a full card) is never the kernel's failure: nothing is
     filled, and the count says not conclusive (-1) for the rest of the call."""
 
@@ -569,7 +572,7 @@ def test_isolation_that_cannot_copy_live_memory_isolates_nothing():
 
     live = torch.randn(64)
     before = live.clone()
-    gate = LaunchGate(mode="run", isolate=True, reachable=lambda: [(Full(live.view(torch.uint8)), True)])
+    gate = LaunchGate(mode="run", isolate=True, reachable=lambda: [Full(live.view(torch.uint8))])
     assert gate.should_launch((torch.zeros(4),))
     assert gate.isolated == -1 and torch.equal(live, before)
     assert gate.should_launch((torch.zeros(4),)) and gate.isolated == -1

@@ -55,10 +55,11 @@ class LaunchGate:
     `units`: the distinct units launched since the last `reset`.
     `isolate`: the isolation ablation (docs/integrity.md hole 12). Before each launch every byte the candidate's
     eager code could have written (`reachable`: the caching allocator's segments, the input arena) is overwritten
-    with random bytes, except the spans of the launch's own tensor arguments; after it, live memory gets its values
-    back. A kernel that reads only its arguments gives the same outputs; one that reaches an eager answer by
-    address arithmetic from an argument (`anchor.iterator + offset`, `A[offset + i]` on a one-element buffer) reads
-    noise. `isolated` counts the bytes overwritten (-1 once the gate could not copy the live bytes: not conclusive).
+    with random bytes, except the spans of the launch's own tensor arguments; after it, every byte gets its value
+    back (free blocks too, so that nothing read after the launch tells an isolated call from another). A kernel
+    that reads only its arguments gives the same outputs; one that reaches an eager answer by address arithmetic
+    from an argument (`anchor.iterator + offset`, `A[offset + i]` on a one-element buffer) reads noise.
+    `isolated` counts the bytes overwritten (-1 once the gate could not copy them: not conclusive).
     """
 
     mode: str = "run"
@@ -74,8 +75,8 @@ class LaunchGate:
     protected: frozenset[int] = frozenset()  # storage addresses of the problem inputs (never poisoned)
     isolate: bool = False
     isolated: int = 0
-    # () -> [(uint8 tensor, live)]: the memory a candidate's eager code can write; live bytes are restored after
-    # the launch, the rest (free allocator blocks) keeps the noise. Set by the child; None: nothing to isolate.
+    # () -> [uint8 tensor]: the memory a candidate's eager code can write, live or free, all of it restored after
+    # the launch. Set by the child; None: nothing to isolate.
     reachable: Any = None
     # A private CUDA memory pool for the gate's own tensors (audit copies, random fills, saved arguments): made in
     # the caching allocator's default pool they moved where the kernel's next allocation landed, so a probe launch
@@ -187,27 +188,30 @@ class LaunchGate:
             self._restore = []
 
     def _isolate(self, tensors: list[Any]) -> None:
-        """Noise in every reachable byte outside the launch's tensor arguments (`isolate`), live bytes saved first.
+        """Noise in every reachable byte outside the launch's tensor arguments (`isolate`), every byte saved first.
 
         The spans kept are the arguments' views (first to last byte they address), not their whole storages: a
-        one-element view of a larger allocation holding the answer is the hole this closes. Saved copies go to the
-        gate's private pool, which `reachable` leaves out (the child offers nothing without that pool: a copy
-        landing in a free block about to be filled would be lost).
+        one-element view of a larger allocation holding the answer is the hole this closes. Free blocks are saved and
+        given back too, not only live ones: a block freed before the launch and allocated after it held noise in
+        isolated calls only, which told them apart (seen in review of protocol 6, rt_cute_isolation_tell), so a
+        second launch could take the honest path exactly there. Saved copies
+        go to the gate's private pool, which `reachable` leaves out (the child offers nothing without that pool: a
+        copy landing in a block about to be filled would be lost).
         """
         self._give_back()  # (a route without an after-hook: the last launch's bytes first)
         if self.reachable is None or self.isolated < 0:
             return
         kept = sorted(_span(t) for t in tensors if t.numel() > 0)
         try:
-            pieces = [(region[start - region.data_ptr():end - region.data_ptr()], live)
-                      for region, live in self.reachable()
+            pieces = [region[start - region.data_ptr():end - region.data_ptr()]
+                      for region in self.reachable()
                       for start, end in _outside(region.data_ptr(), region.data_ptr() + region.numel(), kept)]
-            self._isolated = [(view, view.clone()) for view, live in pieces if live]
+            self._isolated = [(view, view.clone()) for view in pieces]
         except Exception:  # noqa: BLE001 - our copies (out of memory): never the kernel's failure, nothing isolated
             self._isolated = []
             self.isolated = -1
             return
-        for view, _ in pieces:
+        for view in pieces:
             view.random_(0, 256)
             self.isolated += view.numel()
 
@@ -236,7 +240,7 @@ class LaunchGate:
             self.randomized += 1
 
     def _give_back(self) -> None:
-        """The live bytes an isolated launch saw as noise, restored."""
+        """The bytes an isolated launch saw as noise, restored (free blocks too: nothing after it shows the noise)."""
         for view, saved in self._isolated:
             view.copy_(saved)
         self._isolated = []

@@ -593,7 +593,7 @@ class Child:
         except Exception:  # noqa: BLE001 - a hardening: without it the gate allocates as before
             self.gate.pool = None
 
-    def _reachable(self) -> list[tuple[Any, bool]]:
+    def _reachable(self) -> list[Any]:
         """What the candidate's eager code can write, for the isolation ablation (`LaunchGate.isolate`).
 
         The input arena (every draw of the row lies there, and a view's storage spans all of it) and every block of
@@ -605,9 +605,9 @@ class Child:
         gate = self.gate
         if gate is None or gate.pool is None or self.device != "cuda":
             return []
-        regions: list[tuple[Any, bool]] = []
+        regions: list[Any] = []
         if self.arena_in is not None:
-            regions.append((self.arena_in, True))
+            regions.append(self.arena_in)
         own = tuple(gate.pool.id)
         device = self.torch.cuda.current_device()
         for segment in self.b.snapshot():
@@ -617,7 +617,7 @@ class Child:
             for block in segment.get("blocks") or ():
                 size = int(block["size"])
                 if size > 0:
-                    regions.append((transport.wrap_device_bytes(address, size), block.get("state") != "inactive"))
+                    regions.append(transport.wrap_device_bytes(address, size))
                 address += size
         return regions
 

@@ -9,9 +9,13 @@ Against a grader that poisons every call the same way the sniff always sees pois
 also skips the work on every 0x7F-poisoned call after the first 60 (the old grader's re-checks all came earlier),
 which a grader comparing a secret share of timed and profiled draws catches as stale outputs.
 No forbidden name is used: only torch views and one `.item()`.
+Protocol 6 (H100, f313622): the probe, larger than the poisoned blocks, met unpoisoned memory on the first row's
+third call, so the sniff took its stale path there; the rows it left held the other pattern's 0xFF bytes (NaN in
+bf16): wrong/nan where protocol 5 read 0x7F bytes (wrong/mismatch). Which pattern is met depends only on the
+grader's own call sequence, never on the candidate.
 
 Category: told_apart
-Expected: wrong/mismatch
+Expected: wrong/nan
 """
 
 import torch
