@@ -550,29 +550,54 @@ def test_isolation_fills_what_a_launch_was_not_handed_and_restores_all_of_it():
     assert torch.equal(whole[:span], before[:span]) and not torch.equal(whole[span:], before[span:])
 
 
-def test_isolation_that_cannot_copy_memory_isolates_nothing():
-    """The gate's own copies failing (out of memory on a full card) is never the kernel's failure: nothing is
-    filled, and the count says not conclusive (-1) for the rest of the call."""
+class _FullDevice:
+    """A region whose device copy runs out of memory (a card the file kept full); host copies may too."""
 
-    class Full:
-        def __init__(self, tensor: torch.Tensor) -> None:
-            self.tensor = tensor
+    def __init__(self, tensor: torch.Tensor, host: bool) -> None:
+        self.tensor, self.host = tensor, host
 
-        def data_ptr(self) -> int:
-            return self.tensor.data_ptr()
+    def data_ptr(self) -> int:
+        return self.tensor.data_ptr()
 
-        def numel(self) -> int:
-            return self.tensor.numel()
+    def numel(self) -> int:
+        return self.tensor.numel()
 
-        def __getitem__(self, item: Any) -> Any:
-            return Full(self.tensor[item])
+    def __getitem__(self, item: Any) -> Any:
+        return _FullDevice(self.tensor[item], self.host)
 
-        def clone(self) -> Any:
-            raise torch.OutOfMemoryError("the gate's copy")
+    def clone(self) -> Any:
+        raise torch.OutOfMemoryError("the gate's copy")
 
+    def to(self, device: str) -> torch.Tensor:
+        if not self.host:
+            raise MemoryError("the host is full too")
+        return self.tensor.to(device, copy=True)
+
+    def random_(self, low: int, high: int) -> None:
+        self.tensor.random_(low, high)
+
+    def copy_(self, saved: torch.Tensor) -> None:
+        self.tensor.copy_(saved)
+
+
+def test_isolation_whose_copies_find_no_room_on_the_device_saves_to_the_host():
+    """A file that keeps most of the card cached must not make the ablation inconclusive by leaving the gate no
+    room for its copies (the protocol 6 review): they go to host memory, and the launch is isolated all the same."""
     live = torch.randn(64)
     before = live.clone()
-    gate = LaunchGate(mode="run", isolate=True, reachable=lambda: [Full(live.view(torch.uint8))])
+    gate = LaunchGate(mode="run", isolate=True, reachable=lambda: [_FullDevice(live.view(torch.uint8), True)])
+    assert gate.should_launch((torch.zeros(4),))
+    assert gate.isolated == live.nbytes and not torch.equal(live, before)
+    gate.after_launch()
+    assert torch.equal(live, before)
+
+
+def test_isolation_that_cannot_copy_memory_isolates_nothing():
+    """The gate's own copies failing on the device and the host is never the kernel's failure: nothing is
+    filled, and the count says not conclusive (-1) for the rest of the call."""
+    live = torch.randn(64)
+    before = live.clone()
+    gate = LaunchGate(mode="run", isolate=True, reachable=lambda: [_FullDevice(live.view(torch.uint8), False)])
     assert gate.should_launch((torch.zeros(4),))
     assert gate.isolated == -1 and torch.equal(live, before)
     assert gate.should_launch((torch.zeros(4),)) and gate.isolated == -1

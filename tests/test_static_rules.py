@@ -721,6 +721,7 @@ def test_odds_and_ends(snippet: str, needle: str) -> None:
     ("f = cutlass.base_dsl.ast_helpers.copy_members", ".base_dsl"),
     ("import tvm\nfrom tvm.script import tirx as Tx\nf = Tx.cuda.timer_start", ".timer_start"),
     ("f = cute.arch.globaltimer_lo", ".globaltimer_lo"),
+    ("s = torch.cuda.current_stream()\nn = 0\nwhile not s.query():\n    n += 1", ".query"),  # a polling clock
     ("import enum\nE = enum.Enum", "used as a value"),
     ("import tvm\nt = tvm.ir.instrument.PassTimingInstrument()", ".instrument"),
     ("import tvm\np = tvm.ir.transform.module_pass(len, opt_level=0)", ".module_pass"),

@@ -194,9 +194,10 @@ class LaunchGate:
         one-element view of a larger allocation holding the answer is the hole this closes. Free blocks are saved and
         given back too, not only live ones: a block freed before the launch and allocated after it held noise in
         isolated calls only, which told them apart (seen in review of protocol 6, rt_cute_isolation_tell), so a
-        second launch could take the honest path exactly there. Saved copies
-        go to the gate's private pool, which `reachable` leaves out (the child offers nothing without that pool: a
-        copy landing in a block about to be filled would be lost).
+        second launch could take the honest path exactly there. Saved copies go to the gate's private pool, which
+        `reachable` leaves out (the child offers nothing without that pool: a copy landing in a block about to be
+        filled would be lost); where the device has no room for them, to host memory (slower, but a file that
+        keeps most of the card cached cannot make the ablation inconclusive that way: the protocol 6 review).
         """
         self._give_back()  # (a route without an after-hook: the last launch's bytes first)
         if self.reachable is None or self.isolated < 0:
@@ -206,10 +207,17 @@ class LaunchGate:
             pieces = [region[start - region.data_ptr():end - region.data_ptr()]
                       for region in self.reachable()
                       for start, end in _outside(region.data_ptr(), region.data_ptr() + region.numel(), kept)]
-            self._isolated = [(view, view.clone()) for view in pieces]
-        except Exception:  # noqa: BLE001 - our copies (out of memory): never the kernel's failure, nothing isolated
-            self._isolated = []
+        except Exception:  # noqa: BLE001 - the allocator's own listing failed: never the kernel's failure
             self.isolated = -1
+            return
+        for place in (None, "cpu"):
+            try:
+                self._isolated = [(view, view.clone() if place is None else view.to(place)) for view in pieces]
+                break
+            except Exception:  # noqa: BLE001 - our copies (out of memory): never the kernel's failure
+                self._isolated = []
+        else:
+            self.isolated = -1  # nothing isolated, for the rest of the call: not conclusive
             return
         for view in pieces:
             view.random_(0, 256)

@@ -578,7 +578,8 @@ class Evaluation:
                          "reads as a tensor argument)")
         self.report.ablations["isolate"] = (
             f"outputs unchanged with {isolated / 2**20:.0f} MiB outside the launches' arguments overwritten"
-            if isolated > 0 else "the grader could not copy the live memory (out of memory): not conclusive"
+            if isolated > 0 else "the grader could not copy the memory (out of memory on the device and the host): "
+            "not conclusive"
             if failed else "nothing to isolate here (no CUDA allocator): not conclusive")
         self.report.phases_s["isolation"] = time.perf_counter() - started
 

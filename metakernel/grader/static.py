@@ -113,6 +113,9 @@ FEATURE_ATTRIBUTES: dict[str, str] = {
     **dict.fromkeys(("Event", "elapsed_time", "perf_counter", "perf_counter_ns", "time_ns", "monotonic",
                      "monotonic_ns", "process_time", "thread_time", "clock", "clock64", "globaltimer", "Timer",
                      "benchmark"), f"timers: {_TELL}"),
+    # a loop counting `stream.query()` until the stream drains is a clock: the ablations' own copies on the stream
+    # (the isolation's, gigabytes) made it read long in ablated calls only (the protocol 6 review)
+    "query": f"polling a stream's progress is a timer: {_TELL} (synchronize when you need the results)",
     **dict.fromkeys(("default_generator", "default_generators", "get_state", "set_state"),
                     f"random-number state: {_TELL}"),
     **dict.fromkeys(("utilization", "temperature", "power_draw", "clock_rate", "list_gpu_processes", "mem_get_info",

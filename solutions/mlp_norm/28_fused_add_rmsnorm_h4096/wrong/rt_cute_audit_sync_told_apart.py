@@ -14,10 +14,13 @@ what is forged is "the DSL does the work".
 
 Red team (session 29, CPU). Now the gate queues its copies, fills and restores on the launch's stream and never
 synchronises, so the stream is as busy after a launch in an audited or perturbed call as in any other, and the
-file takes its eager path under the audit too.
+file takes its eager path under the audit too (rule_violation/dsl_token on an H100 at 751c7d6 and f313622).
+Protocol 6 review (session 31): the poll itself is a clock. The isolation ablation queues gigabytes of copies on
+the launch's stream, and a suppressed launch queues nothing, so a count of `query()` calls still told those calls
+apart; `query` is now refused by name, and this file with it.
 
 Category: told_apart
-Expected: rule_violation/dsl_token
+Expected: rule_violation/static
 """
 
 import cutlass
