@@ -541,13 +541,29 @@ def test_isolation_fills_what_a_launch_was_not_handed_and_restores_all_of_it():
     assert not torch.allclose(out, saved_block[512:768])  # it copied noise: the outputs break
     assert torch.equal(block, saved_block) and torch.equal(x, saved_x)  # every byte restored,
     assert torch.equal(free, saved_free)  # the free block's stale values too
-    strided = torch.randn(8, 16)[:, :4]  # a view's span runs from its first to its last element
-    region = strided.untyped_storage()
-    whole = torch.empty(0, dtype=torch.uint8).set_(region)
-    before = whole.clone()
-    LaunchGate(mode="run", isolate=True, reachable=lambda: [whole]).should_launch((strided,))
-    span = (7 * 16 + 4) * 4
-    assert torch.equal(whole[:span], before[:span]) and not torch.equal(whole[span:], before[span:])
+
+
+def test_isolation_keeps_a_strided_argument_s_elements_not_the_span_between_them():
+    """A two-element view whose stride reaches past the eager answer kept the whole span between its elements,
+    the answer with it (the protocol 6 review): a strided argument keeps only its own elements while the launch
+    runs, and what the launch writes to them survives the restore."""
+    block = torch.randn(1024)
+    reach = block[::1000]  # elements 0 and 1000: the answer at 512 lies between them
+    answer, ends = block[512:768].clone(), reach.clone()
+    whole = torch.empty(0, dtype=torch.uint8).set_(block.untyped_storage())
+    gate = LaunchGate(mode="run", isolate=True, reachable=lambda: [whole])
+    assert gate.should_launch((reach,))
+    assert torch.equal(reach, ends)  # its own elements kept
+    assert int((block[512:768] == answer).sum()) < 8  # the span between them: noise
+    reach.mul_(2)  # the "kernel" writes its argument
+    written = reach.clone()
+    gate.after_launch()
+    assert torch.equal(block[512:768], answer) and torch.equal(reach, written)
+    expanded = torch.randn(4)[:1].expand(8)  # stride 0: one element addressed eight times
+    gate = LaunchGate(mode="run", isolate=True, reachable=lambda: [
+        torch.empty(0, dtype=torch.uint8).set_(expanded.untyped_storage())])
+    value = expanded[0].clone()
+    assert gate.should_launch((expanded,)) and torch.equal(expanded, value.expand(8))
 
 
 class _FullDevice:

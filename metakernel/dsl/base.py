@@ -84,6 +84,7 @@ class LaunchGate:
     pool: Any = None
     _restore: list[Any] = field(default_factory=list)
     _isolated: list[Any] = field(default_factory=list)
+    _strided: list[Any] = field(default_factory=list)
 
     def should_launch(self, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None,
                       names: tuple[str, ...] | frozenset[str] = (), opaque: bool = False) -> bool:
@@ -190,8 +191,10 @@ class LaunchGate:
     def _isolate(self, tensors: list[Any]) -> None:
         """Noise in every reachable byte outside the launch's tensor arguments (`isolate`), every byte saved first.
 
-        The spans kept are the arguments' views (first to last byte they address), not their whole storages: a
-        one-element view of a larger allocation holding the answer is the hole this closes. Free blocks are saved and
+        What is kept is what the arguments' views address, not their whole storages: a one-element view of a larger
+        allocation holding the answer is the hole this closes. A contiguous view keeps its span; a strided one only
+        its elements (`_elements`: a two-element view with a stride reaching past the answer kept the whole span
+        between them in the protocol 6 review, the answer with it), put back after the fill. Free blocks are saved and
         given back too, not only live ones: a block freed before the launch and allocated after it held noise in
         isolated calls only, which told them apart (seen in review of protocol 6, rt_cute_isolation_tell), so a
         second launch could take the honest path exactly there. Saved copies go to the gate's private pool, which
@@ -202,7 +205,8 @@ class LaunchGate:
         self._give_back()  # (a route without an after-hook: the last launch's bytes first)
         if self.reachable is None or self.isolated < 0:
             return
-        kept = sorted(_span(t) for t in tensors if t.numel() > 0)
+        tensors = [t for t in tensors if t.numel() > 0]
+        kept = sorted(_span(t) for t in tensors if t.is_contiguous())
         try:
             pieces = [region[start - region.data_ptr():end - region.data_ptr()]
                       for region in self.reachable()
@@ -213,6 +217,8 @@ class LaunchGate:
         for place in (None, "cpu"):
             try:
                 self._isolated = [(view, view.clone() if place is None else view.to(place)) for view in pieces]
+                strided = [(flat, index, flat[index]) for flat, index in map(_elements, tensors)
+                           if index is not None]
                 break
             except Exception:  # noqa: BLE001 - our copies (out of memory): never the kernel's failure
                 self._isolated = []
@@ -222,6 +228,9 @@ class LaunchGate:
         for view in pieces:
             view.random_(0, 256)
             self.isolated += view.numel()
+        for flat, index, values in strided:  # a strided argument's own elements, back before the launch
+            flat[index] = values
+        self._strided = [(flat, index) for flat, index, _ in strided]
 
     def _perturb(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         import torch
@@ -248,10 +257,16 @@ class LaunchGate:
             self.randomized += 1
 
     def _give_back(self) -> None:
-        """The bytes an isolated launch saw as noise, restored (free blocks too: nothing after it shows the noise)."""
+        """The bytes an isolated launch saw as noise, restored (free blocks too: nothing after it shows the noise).
+
+        A strided argument's elements lie inside the restored bytes: what the launch wrote there is kept.
+        """
+        written = [(flat, index, flat[index]) for flat, index in self._strided]
         for view, saved in self._isolated:
             view.copy_(saved)
-        self._isolated = []
+        for flat, index, values in written:
+            flat[index] = values
+        self._isolated, self._strided = [], []
 
     def reset(self) -> None:
         """Forget counts (kernel names are kept: they describe compiled kernels, not calls)."""
@@ -261,6 +276,7 @@ class LaunchGate:
         self.randomized = 0
         self.isolated = 0
         self._isolated = []
+        self._strided = []
         self.units = set()
         self._restore = []
 
@@ -296,10 +312,29 @@ def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
 
 
 def _span(tensor: Any) -> tuple[int, int]:
-    """The bytes a view addresses, first to last (strides taken as they are: a gap inside a view is kept)."""
+    """The bytes a view addresses, first to last (for a contiguous view, exactly its elements)."""
     last = sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride(), strict=True) if size > 0)
     start = tensor.data_ptr()
     return start, start + (last + 1) * tensor.element_size()
+
+
+def _elements(tensor: Any) -> tuple[Any, Any]:
+    """A strided view as (its storage as one flat tensor of its dtype, the flat indices of its elements).
+
+    (None for a contiguous view: its span is exactly its elements.) Overlapping views (stride 0) repeat indices;
+    writing equal values back through them is harmless.
+    """
+    if tensor.is_contiguous():
+        return tensor, None
+    import torch
+
+    storage = tensor.untyped_storage()
+    flat = torch.empty(0, dtype=tensor.dtype, device=tensor.device)
+    flat.set_(storage, 0, (storage.nbytes() // tensor.element_size(),), (1,))
+    index = torch.tensor(tensor.storage_offset(), dtype=torch.int64, device=tensor.device)
+    for size, stride in zip(tensor.shape, tensor.stride(), strict=True):
+        index = index.unsqueeze(-1) + torch.arange(size, device=tensor.device) * stride
+    return flat, index.reshape(-1)
 
 
 def _outside(start: int, end: int, kept: list[tuple[int, int]]) -> Iterator[tuple[int, int]]:
