@@ -101,3 +101,20 @@ def test_isolation_covers_the_allocator_and_keeps_the_gate_s_copies():
     assert torch.equal(block.cpu(), saved) and torch.equal(arena.cpu(), arena_before)
     assert torch.equal(freed.cpu(), gone_values)  # the free block's stale bytes too: nothing after it tells
     assert not torch.allclose(out.cpu(), saved[1 << 19:])
+
+
+def test_a_non_blocking_copy_to_the_cpu_shows_as_page_locked_memory():
+    """The child's `_pinned` reads torch's host allocator: a non_blocking copy to the CPU (its flag positional,
+    under no refused name) hands out page-locked memory the GPU can read by address, and the isolation's verdict
+    rests on seeing it."""
+    from types import SimpleNamespace
+
+    from metakernel.grader.child import Bound, Child
+
+    child = SimpleNamespace(b=Bound(torch, "cuda"), pinned_base=0)
+    child._pinned_now = lambda: Child._pinned_now(child)  # type: ignore[arg-type]
+    child.pinned_base = child._pinned_now()
+    assert Child._pinned(child) == 0  # type: ignore[arg-type]
+    held = torch.randn(1 << 20, device="cuda").to(torch.device("cpu"), torch.float32, True)
+    torch.cuda.synchronize()
+    assert Child._pinned(child) >= held.nbytes  # type: ignore[arg-type]

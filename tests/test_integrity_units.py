@@ -608,6 +608,22 @@ def test_isolation_whose_copies_find_no_room_on_the_device_saves_to_the_host():
     assert torch.equal(live, before)
 
 
+def test_isolation_records_page_locked_memory_live_during_a_launch():
+    """Page-locked host memory lies in the GPU's address space, outside every allocation the isolation fills; a
+    non_blocking copy to the CPU with the flag positional (`t.to(cpu, dtype, True)`) made it under no refused name
+    (the protocol 6 review). An isolated launch records the most the host allocator had handed out, and the
+    grader's verdict is `dsl_reach` (`Evaluation.isolation`)."""
+    held = [0]
+    gate = LaunchGate(mode="run", isolate=True, reachable=lambda: [], pinned=lambda: held[0])
+    assert gate.should_launch((torch.zeros(4),)) and gate.pinned_live == 0
+    held[0] = 1 << 20
+    assert gate.should_launch((torch.zeros(4),)) and gate.pinned_live == 1 << 20
+    held[0] = 0
+    assert gate.should_launch((torch.zeros(4),)) and gate.pinned_live == 1 << 20
+    gate.reset()
+    assert gate.pinned_live == 0
+
+
 def test_isolation_that_cannot_copy_memory_isolates_nothing():
     """The gate's own copies failing on the device and the host is never the kernel's failure: nothing is
     filled, and the count says not conclusive (-1) for the rest of the call."""

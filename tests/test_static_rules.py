@@ -213,12 +213,16 @@ def test_the_cuda_driver_allows_only_its_stream_names(snippet: str, needle: str)
     ("import tvm\na = tvm.runtime.empty((4,), 'float32', tvm.cuda(0))\na.copyfrom(x)", "forbidden attribute .copyfrom"),
     ("from torch.utils.dlpack import from_dlpack", "forbidden attribute .from_dlpack"),
     ("f = x.from_dlpack", "forbidden attribute .from_dlpack"),
+    # the protocol 6 review: TVM's own tensors filled inside TVM, under none of the names above
+    ("import tvm\na = tvm.runtime.tensor(x.cpu(), tvm.cuda(0))", "forbidden attribute .tensor"),
+    ("from tvm import runtime\na = runtime.empty((4,), 'float32')", "forbidden attribute .empty"),
+    ("import tvm\nrt = tvm.runtime\na = rt.tensor(x)", "module tvm.runtime used as a value"),
 ])
 def test_memory_outside_torch_s_device_allocator_is_refused(snippet: str, needle: str) -> None:
     """Page-locked host memory, and another library's device memory made a torch tensor (DLPack) or filled from the
     host, lie in the GPU's address space but in no allocation the isolation ablation overwrites: an eager answer
     kept there was in reach of a copy kernel's index arithmetic (hole 12)."""
-    rejected(snippet, needle)
+    rejected(snippet, needle, "tirx" if "tvm" in snippet else "cute")
 
 
 # ------------------------------------------------------------------------------------------------ builtins

@@ -78,6 +78,10 @@ class LaunchGate:
     # () -> [uint8 tensor]: the memory a candidate's eager code can write, live or free, all of it restored after
     # the launch. Set by the child; None: nothing to isolate.
     reachable: Any = None
+    # () -> bytes of page-locked host memory handed out (torch's host allocator): GPU kernels can read it by address
+    # and the isolation cannot fill it, so an isolated launch records the most it saw live (`pinned_live`).
+    pinned: Any = None
+    pinned_live: int = 0
     # A private CUDA memory pool for the gate's own tensors (audit copies, random fills, saved arguments): made in
     # the caching allocator's default pool they moved where the kernel's next allocation landed, so a probe launch
     # at the start of `solve` told an audited call from the others (session 22's red-teamer). None: the CPU.
@@ -203,6 +207,11 @@ class LaunchGate:
         keeps most of the card cached cannot make the ablation inconclusive that way: the protocol 6 review).
         """
         self._give_back()  # (a route without an after-hook: the last launch's bytes first)
+        if self.pinned is not None:
+            try:
+                self.pinned_live = max(self.pinned_live, int(self.pinned()))
+            except Exception:  # noqa: BLE001 - the host allocator's statistics: a hardening, never a failure
+                self.pinned = None
         if self.reachable is None or self.isolated < 0:
             return
         tensors = [t for t in tensors if t.numel() > 0]
@@ -275,6 +284,7 @@ class LaunchGate:
         self.audited = []
         self.randomized = 0
         self.isolated = 0
+        self.pinned_live = 0
         self._isolated = []
         self._strided = []
         self.units = set()

@@ -426,6 +426,7 @@ class Bound:
         self.disable_tf = torch._C.DisableTorchFunction
         self.sync = torch._C._cuda_synchronize if device == "cuda" else (lambda: None)
         self.snapshot = torch.cuda.memory_snapshot if device == "cuda" else (lambda: [])
+        self.host_stats: Any = getattr(torch.cuda, "host_memory_stats", None) if device == "cuda" else None
         from torch.autograd import profiler as p
 
         self.prof = (p._prepare_profiler, p._enable_profiler, p._disable_profiler, p.ProfilerConfig,
@@ -448,6 +449,7 @@ class Child:
         self.guard: Guard | None = None
         self.arena_in: Any = None
         self.arena_out: Any = None
+        self.pinned_base = 0
 
     # -------------------------------------------------------------------------------------------- set-up
     def setup(self) -> dict[str, Any]:
@@ -483,6 +485,8 @@ class Child:
                 self.adapter.confine()
             info["dsl_import_s"] = _perf() - started
         self.b = Bound(torch, self.device)
+        if self.gate is not None and self.b.host_stats is not None:
+            self.gate.pinned = self._pinned
         if kind == "candidate" and self.config.get("dry_run"):
             _warm_meta(torch)
         if self.config.get("path") is not None:
@@ -499,6 +503,8 @@ class Child:
             sys.addaudithook(self.guard)
             self.guard.armed = True
             self.iso.audit_hook = True
+            if self.gate is not None and self.gate.pinned is not None:
+                self.pinned_base = self._pinned_now()  # what the DSLs' warm-up left, before the file's import
             started = _perf()
             try:
                 module = _import_file(path, "candidate_kernel")
@@ -571,6 +577,7 @@ class Child:
             gate.audited = []
             gate.randomized = 0
             gate.isolated = 0
+            gate.pinned_live = 0
         gate.mode = "run" if mode in ("run", "audit", "randomize", "isolate") else mode
         if gate.mode == "run" and self.config.get("dry_run"):
             gate.mode = "intercept"
@@ -620,6 +627,18 @@ class Child:
                     regions.append(transport.wrap_device_bytes(address, size))
                 address += size
         return regions
+
+    def _pinned(self) -> int:
+        """Bytes of page-locked host memory handed out beyond what the child held before the file's import.
+
+        Names that make it are refused by the static rules, but `t.to(cpu, dtype, True)` (a non_blocking copy, the
+        flag positional) makes it too: the GPU reads it by address, outside every allocation the isolation fills.
+        """
+        return max(0, self._pinned_now() - self.pinned_base)
+
+    def _pinned_now(self) -> int:
+        stats = self.b.host_stats()
+        return int(stats.get("active_bytes.current", stats.get("allocated_bytes.current", 0)))
 
     def _set_mode(self, mode: str) -> None:
         """The gate in `mode` for a whole request, its counts forgotten."""
@@ -842,6 +861,7 @@ class Child:
                 reply["randomized"] = self.gate.randomized
             if self.gate is not None and mode == "isolate":
                 reply["isolated"] = self.gate.isolated
+                reply["pinned"] = self.gate.pinned_live
             if self.gate is not None:  # the gate's copies die with this row, and its pool with them
                 self.gate.audited, self.gate.pool = [], None
         if self.device == "cpu":

@@ -569,6 +569,11 @@ class Evaluation:
                 self.end("rule_violation", "dsl_reach",
                          f"solve raised while memory not handed to the {self.dsl} launches held noise: a DSL kernel "
                          "reads memory outside its tensor arguments")
+            if int(reply.get("pinned") or 0) > 0:
+                self.end("rule_violation", "dsl_reach",
+                         f"{int(reply['pinned'])} bytes of page-locked host memory were in use while a {self.dsl} "
+                         "launch ran: GPU kernels read it by address, outside every tensor argument (keep data on "
+                         "the GPU; no non_blocking copies to the CPU)")
             count = int(reply.get("isolated") or 0)
             isolated, failed = max(isolated, count), failed or count < 0
             if count > 0 and not self._still_correct(inputs, seen, out):

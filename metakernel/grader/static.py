@@ -82,6 +82,10 @@ _TVM_LIBRARY = ("TVM's operator libraries, graph compiler and auto-schedulers wr
 #: Attribute names refused on any object: features that bypass the DSL, the timing or the outputs' checks.
 _PINNED = "page-locked host memory is visible to GPU kernels outside the grader's view: keep the data on the GPU"
 _FOREIGN_MEMORY = "memory of another library's allocator: allocate with torch and pass torch tensors"
+#: TVM's own tensors and devices (`tvm.runtime.tensor`, `tvm.cuda(0)`): memory of TVM's allocator, which eager code
+#: fills without a launch and the isolation ablation does not cover; the TIRx executable takes torch tensors.
+TVM_MEMORY_NAMES = frozenset(("tensor", "empty", "nd", "ndarray", "array", "Tensor", "NDArray", "device", "Device",
+                              "cuda", "cpu", "cuda_host", "gpu", "rocm", "vulkan", "metal", "opencl"))
 #: Attribute and keyword names that make page-locked host memory (`non_blocking` copies to the CPU do).
 PINNED_NAMES = ("pin_memory", "is_pinned", "non_blocking")
 FEATURE_ATTRIBUTES: dict[str, str] = {
@@ -471,6 +475,10 @@ class _Checker:
                 self.flag(n, "methods run on the file's own objects only",
                           f"type(...).{n.attr}: a method read through a class runs on any object as self")
             self._attribute(n, n.attr, self._origin(n.value), _is_name(n.value, "self"))
+            path = self._origin(n).path
+            if path in self.allowed and not self._module_use(n):  # `rt = tvm.runtime`: then rt.<name> is unseen
+                self.flag(n, f"a module may only be used as {path}.<name> or imported: bind the attribute you need",
+                          f"module {path} used as a value")
         elif isinstance(n, ast.Subscript) and isinstance(n.ctx, (ast.Store, ast.Del)):
             self._assignment(n)
         elif isinstance(n, ast.Call):
@@ -589,6 +597,8 @@ class _Checker:
             return "the MLIR bindings build modules of any text: write the kernel with cute's API (tvm.ir stays)"
         if name in CUTE_IR_NAMES and getattr(self, "dsl", None) == "cute":
             return CUTE_IR_NAMES[name]
+        if origin.path in ("tvm", "tvm.runtime") and name in TVM_MEMORY_NAMES:
+            return _FOREIGN_MEMORY  # `tvm.runtime.tensor(host, tvm.cuda(0))`: filled inside TVM (the protocol 6 review)
         if name == "from_dlpack" and origin.kind == "dsl" and (origin.path or "").startswith("cutlass.cute"):
             return None  # CuTe's wrapper of a torch tensor: the memory stays torch's, where the isolation reaches
         reason = MODULE_ATTRIBUTES.get(name) or FEATURE_ATTRIBUTES.get(name)
@@ -712,7 +722,7 @@ class _Checker:
             self.flag(n, f"never defined in {self.filename}: the harness's names are not reachable",
                       f"undefined name {n.id}")
 
-    def _module_use(self, n: ast.Name) -> bool:
+    def _module_use(self, n: ast.Name | ast.Attribute) -> bool:
         parent = self.parents.get(id(n))
         return isinstance(n.ctx, ast.Load) and (
             (isinstance(parent, ast.Attribute) and parent.value is n)
