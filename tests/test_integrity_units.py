@@ -625,14 +625,21 @@ def test_isolation_records_page_locked_memory_live_during_a_launch():
 
 
 def test_isolation_that_cannot_copy_memory_isolates_nothing():
-    """The gate's own copies failing on the device and the host is never the kernel's failure: nothing is
-    filled, and the count says not conclusive (-1) for the rest of the call."""
+    """The gate's own copies failing on the device and the host: nothing is filled for the rest of the call. Within
+    `room` (half the card) it is the machine's failure, not conclusive (-2); beyond it the file's memory
+    made isolation impossible (-1: `dsl_reach`), the escape session 31's red-teamer proposed on the H200 (a live
+    tensor larger than the host's memory)."""
     live = torch.randn(64)
     before = live.clone()
-    gate = LaunchGate(mode="run", isolate=True, reachable=lambda: [_FullDevice(live.view(torch.uint8), False)])
+    gate = LaunchGate(mode="run", isolate=True, reachable=lambda: [_FullDevice(live.view(torch.uint8), False)],
+                      room=live.nbytes)
     assert gate.should_launch((torch.zeros(4),))
-    assert gate.isolated == -1 and torch.equal(live, before)
-    assert gate.should_launch((torch.zeros(4),)) and gate.isolated == -1
+    assert gate.isolated == -2 and torch.equal(live, before)  # within the room: the machine's failure
+    assert gate.should_launch((torch.zeros(4),)) and gate.isolated == -2
+    gate = LaunchGate(mode="run", isolate=True, reachable=lambda: [_FullDevice(live.view(torch.uint8), False)],
+                      room=live.nbytes - 1)
+    assert gate.should_launch((torch.zeros(4),))
+    assert gate.isolated == -1 and torch.equal(live, before)  # more than the room: the file's (dsl_reach)
 
 
 def test_randomize_ablation_changes_one_element_integers_and_bools():

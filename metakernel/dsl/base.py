@@ -59,7 +59,8 @@ class LaunchGate:
     back (free blocks too, so that nothing read after the launch tells an isolated call from another). A kernel
     that reads only its arguments gives the same outputs; one that reaches an eager answer by address arithmetic
     from an argument (`anchor.iterator + offset`, `A[offset + i]` on a one-element buffer) reads noise.
-    `isolated` counts the bytes overwritten (-1 once the gate could not copy them: not conclusive).
+    `isolated` counts the bytes overwritten (-1 once the gate found no room to copy them, -2 once the allocator
+    could not be listed).
     """
 
     mode: str = "run"
@@ -82,6 +83,8 @@ class LaunchGate:
     # and the isolation cannot fill it, so an isolated launch records the most it saw live (`pinned_live`).
     pinned: Any = None
     pinned_live: int = 0
+    # bytes to isolate above which a failure to copy them is the file's (`isolated` -1), below it the machine's (-2)
+    room: int = 0
     # A private CUDA memory pool for the gate's own tensors (audit copies, random fills, saved arguments): made in
     # the caching allocator's default pool they moved where the kernel's next allocation landed, so a probe launch
     # at the start of `solve` told an audited call from the others (session 22's red-teamer). None: the CPU.
@@ -221,7 +224,7 @@ class LaunchGate:
                       for region in self.reachable()
                       for start, end in _outside(region.data_ptr(), region.data_ptr() + region.numel(), kept)]
         except Exception:  # noqa: BLE001 - the allocator's own listing failed: never the kernel's failure
-            self.isolated = -1
+            self.isolated = -2
             return
         for place in (None, "cpu"):
             try:
@@ -231,8 +234,10 @@ class LaunchGate:
                 break
             except Exception:  # noqa: BLE001 - our copies (out of memory): never the kernel's failure
                 self._isolated = []
-        else:
-            self.isolated = -1  # nothing isolated, for the rest of the call: not conclusive
+        else:  # no room on the device or the host: nothing isolated for the rest of the call, and whose fault is it?
+            # a file whose memory outgrows `room` (a share of the card no gold kernel comes near) made it so; below
+            # that, other gradings on the machine did: never the kernel's failure
+            self.isolated = -1 if sum(view.numel() for view in pieces) > self.room else -2
             return
         for view in pieces:
             view.random_(0, 256)

@@ -487,6 +487,8 @@ class Child:
         self.b = Bound(torch, self.device)
         if self.gate is not None and self.b.host_stats is not None:
             self.gate.pinned = self._pinned
+        if self.gate is not None and self.device == "cuda":  # half the card (gold files: 20 GiB at most, on an H100)
+            self.gate.room = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory // 2
         if kind == "candidate" and self.config.get("dry_run"):
             _warm_meta(torch)
         if self.config.get("path") is not None:

@@ -575,6 +575,10 @@ class Evaluation:
                          "launch ran: GPU kernels read it by address, outside every tensor argument (keep data on "
                          "the GPU; no non_blocking copies to the CPU)")
             count = int(reply.get("isolated") or 0)
+            if count == -1:  # a file that keeps more memory than the grader can copy would never be isolated
+                self.end("rule_violation", "dsl_reach",
+                         "the file keeps more GPU memory than the grader can set aside (on the device or the host) to "
+                         f"isolate its {self.dsl} launches: free what the kernel does not need")
             isolated, failed = max(isolated, count), failed or count < 0
             if count > 0 and not self._still_correct(inputs, seen, out):
                 self.end("rule_violation", "dsl_reach",
@@ -583,8 +587,7 @@ class Evaluation:
                          "reads as a tensor argument)")
         self.report.ablations["isolate"] = (
             f"outputs unchanged with {isolated / 2**20:.0f} MiB outside the launches' arguments overwritten"
-            if isolated > 0 else "the grader could not copy the memory (out of memory on the device and the host): "
-            "not conclusive"
+            if isolated > 0 else "the grader could not list the allocator's memory: not conclusive"
             if failed else "nothing to isolate here (no CUDA allocator): not conclusive")
         self.report.phases_s["isolation"] = time.perf_counter() - started
 
