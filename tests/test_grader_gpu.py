@@ -118,3 +118,7 @@ def test_a_non_blocking_copy_to_the_cpu_shows_as_page_locked_memory():
     held = torch.randn(1 << 20, device="cuda").to(torch.device("cpu"), torch.float32, True)
     torch.cuda.synchronize()
     assert Child._pinned(child) >= held.nbytes  # type: ignore[arg-type]
+    del held  # freed, the block stays cached, page-locked and mapped with its bytes: still counted
+    for _ in range(2):
+        torch.ones(1, device="cuda").item()
+    assert Child._pinned(child) >= 4 << 20  # type: ignore[arg-type]

@@ -564,6 +564,15 @@ def test_isolation_keeps_a_strided_argument_s_elements_not_the_span_between_them
         torch.empty(0, dtype=torch.uint8).set_(expanded.untyped_storage())])
     value = expanded[0].clone()
     assert gate.should_launch((expanded,)) and torch.equal(expanded, value.expand(8))
+    # 12 G one-byte elements of no memory (strides 0, 0) made the gate's copies fail and the phase inconclusive
+    # (session 31's red-teamer): a stride-0 dimension is cut to one element, nothing is copied twice
+    shield = torch.zeros(1, dtype=torch.uint8).expand(110000, 110000)
+    gate = LaunchGate(mode="run", isolate=True, reachable=lambda: [whole])
+    assert gate.should_launch((shield, reach)) and gate.isolated > 0
+    gate.after_launch()
+    overlapping = torch.randn(16).as_strided((4, 4), (1, 1))  # distinct dimensions addressing the same elements
+    gate = LaunchGate(mode="run", isolate=True, reachable=lambda: [whole])
+    assert gate.should_launch((overlapping,)) and gate.isolated == -1  # the file's: dsl_reach
 
 
 class _FullDevice:

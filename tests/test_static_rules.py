@@ -217,6 +217,7 @@ def test_the_cuda_driver_allows_only_its_stream_names(snippet: str, needle: str)
     ("import tvm\na = tvm.runtime.tensor(x.cpu(), tvm.cuda(0))", "forbidden attribute .tensor"),
     ("from tvm import runtime\na = runtime.empty((4,), 'float32')", "forbidden attribute .empty"),
     ("import tvm\nrt = tvm.runtime\na = rt.tensor(x)", "module tvm.runtime used as a value"),
+    ("import tvm\na = tvm.ir.expr.tvm.runtime.tensor(x.cpu(), tvm.ir.expr.tvm.cuda(0))", "forbidden attribute .tvm"),
 ])
 def test_memory_outside_torch_s_device_allocator_is_refused(snippet: str, needle: str) -> None:
     """Page-locked host memory, and another library's device memory made a torch tensor (DLPack) or filled from the

@@ -200,7 +200,7 @@ class LaunchGate:
 
         What is kept is what the arguments' views address, not their whole storages: a one-element view of a larger
         allocation holding the answer is the hole this closes. A contiguous view keeps its span; a strided one only
-        its elements (`_elements`: a two-element view with a stride reaching past the answer kept the whole span
+        its elements (`_distinct`: a two-element view with a stride reaching past the answer kept the whole span
         between them in the protocol 6 review, the answer with it), put back after the fill. Free blocks are saved and
         given back too, not only live ones: a block freed before the launch and allocated after it held noise in
         isolated calls only, which told them apart (seen in review of protocol 6, rt_cute_isolation_tell), so a
@@ -219,6 +219,10 @@ class LaunchGate:
             return
         tensors = [t for t in tensors if t.numel() > 0]
         kept = sorted(_span(t) for t in tensors if t.is_contiguous())
+        own = [_distinct(t) for t in tensors if not t.is_contiguous()]
+        if any(view is None for view in own):  # a view that addresses its elements many times over (session 31's
+            self.isolated = -1  # red-teamer: 12 G elements of one byte made the gate's copies fail): the file's
+            return
         try:
             pieces = [region[start - region.data_ptr():end - region.data_ptr()]
                       for region in self.reachable()
@@ -229,8 +233,7 @@ class LaunchGate:
         for place in (None, "cpu"):
             try:
                 self._isolated = [(view, view.clone() if place is None else view.to(place)) for view in pieces]
-                strided = [(flat, index, flat[index]) for flat, index in map(_elements, tensors)
-                           if index is not None]
+                strided = [(view, view.clone()) for view in own]
                 break
             except Exception:  # noqa: BLE001 - our copies (out of memory): never the kernel's failure
                 self._isolated = []
@@ -242,9 +245,9 @@ class LaunchGate:
         for view in pieces:
             view.random_(0, 256)
             self.isolated += view.numel()
-        for flat, index, values in strided:  # a strided argument's own elements, back before the launch
-            flat[index] = values
-        self._strided = [(flat, index) for flat, index, _ in strided]
+        for view, values in strided:  # a strided argument's own elements, back before the launch
+            view.copy_(values)
+        self._strided = [view for view, _ in strided]
 
     def _perturb(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         import torch
@@ -275,11 +278,11 @@ class LaunchGate:
 
         A strided argument's elements lie inside the restored bytes: what the launch wrote there is kept.
         """
-        written = [(flat, index, flat[index]) for flat, index in self._strided]
+        written = [(view, view.clone()) for view in self._strided]
         for view, saved in self._isolated:
             view.copy_(saved)
-        for flat, index, values in written:
-            flat[index] = values
+        for view, values in written:
+            view.copy_(values)
         self._isolated, self._strided = [], []
 
     def reset(self) -> None:
@@ -333,23 +336,21 @@ def _span(tensor: Any) -> tuple[int, int]:
     return start, start + (last + 1) * tensor.element_size()
 
 
-def _elements(tensor: Any) -> tuple[Any, Any]:
-    """A strided view as (its storage as one flat tensor of its dtype, the flat indices of its elements).
+def _distinct(tensor: Any) -> Any:
+    """The elements a strided view addresses, each once: the view with its stride-0 dimensions cut to one.
 
-    (None for a contiguous view: its span is exactly its elements.) Overlapping views (stride 0) repeat indices;
-    writing equal values back through them is harmless.
+    None where distinct dimensions still overlap (`as_strided` with strides shorter than the extents): copies of
+    such a view could be far larger than the memory it addresses, and writing them back is not defined.
     """
-    if tensor.is_contiguous():
-        return tensor, None
-    import torch
-
-    storage = tensor.untyped_storage()
-    flat = torch.empty(0, dtype=tensor.dtype, device=tensor.device)
-    flat.set_(storage, 0, (storage.nbytes() // tensor.element_size(),), (1,))
-    index = torch.tensor(tensor.storage_offset(), dtype=torch.int64, device=tensor.device)
-    for size, stride in zip(tensor.shape, tensor.stride(), strict=True):
-        index = index.unsqueeze(-1) + torch.arange(size, device=tensor.device) * stride
-    return flat, index.reshape(-1)
+    for dim, (size, stride) in enumerate(zip(tensor.shape, tensor.stride(), strict=True)):
+        if stride == 0 and size > 1:
+            tensor = tensor.narrow(dim, 0, 1)
+    reach = 0  # the farthest element offset the dimensions of smaller stride reach
+    for stride, size in sorted((st, sz) for sz, st in zip(tensor.shape, tensor.stride(), strict=True) if sz > 1):
+        if stride <= reach:
+            return None
+        reach += (size - 1) * stride
+    return tensor
 
 
 def _outside(start: int, end: int, kept: list[tuple[int, int]]) -> Iterator[tuple[int, int]]:

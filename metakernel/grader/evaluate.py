@@ -578,7 +578,8 @@ class Evaluation:
             if count == -1:  # a file that keeps more memory than the grader can copy would never be isolated
                 self.end("rule_violation", "dsl_reach",
                          "the file keeps more GPU memory than the grader can set aside (on the device or the host) to "
-                         f"isolate its {self.dsl} launches: free what the kernel does not need")
+                         f"isolate its {self.dsl} launches, or hands one a view whose dimensions address the same "
+                         "elements: free what the kernel does not need, pass plain (non-overlapping) views")
             isolated, failed = max(isolated, count), failed or count < 0
             if count > 0 and not self._still_correct(inputs, seen, out):
                 self.end("rule_violation", "dsl_reach",

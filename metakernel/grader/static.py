@@ -63,6 +63,9 @@ MODULE_ATTRIBUTES: dict[str, str] = {
                      "from_address", "from_buffer", "from_buffer_copy", "in_dll"),
                     "ctypes reached through another module (NVML's bindings): raw reads and writes of any address"),
     "select": f"{_STDLIB} (for a tensor, index it: x[:, i])",
+    # `tvm.ir.expr.tvm.runtime.tensor(...)`: a DSL reached again through a module that re-exports it, past the rules
+    # that judge a name by the chain it hangs from (session 31's red-teamer)
+    **dict.fromkeys(("tvm", "cutlass"), "a DSL package reached through another module: import what you use"),
     "torch": "torch reached through another module: `import torch`; for a stream, make_fake_stream("
              "use_tvm_ffi_env_stream=True) or cuda.bindings.driver.CUstream(torch.cuda.current_stream().cuda_stream)",
     **dict.fromkeys(("numpy", "np", "cupy", "numba", "pycuda", "triton"),
