@@ -598,8 +598,12 @@ class _FullDevice:
             raise MemoryError("the host is full too")
         return self.tensor.to(device, copy=True)
 
-    def random_(self, low: int, high: int) -> None:
-        self.tensor.random_(low, high)
+    @property
+    def device(self) -> torch.device:
+        return self.tensor.device
+
+    def random_(self, low: int, high: int, generator: torch.Generator | None = None) -> None:
+        self.tensor.random_(low, high, generator=generator)
 
     def copy_(self, saved: torch.Tensor) -> None:
         self.tensor.copy_(saved)
@@ -615,6 +619,31 @@ def test_isolation_whose_copies_find_no_room_on_the_device_saves_to_the_host():
     assert gate.isolated == live.nbytes and not torch.equal(live, before)
     gate.after_launch()
     assert torch.equal(live, before)
+
+
+def test_isolation_s_saved_copies_are_masked_and_the_default_generators_never_move():
+    """The gate's copies of the isolated bytes stay unfilled while the launch runs: a verbatim copy of the eager
+    answer was there for a kernel that steered the gate's allocation to a known address (session 31's third
+    red-teamer). They are XORed with secret pads, drawn again to unmask. And no ablation draws from torch's default
+    generators: the CUDA one starts from a fixed seed, so a file's own fresh generator could count the gate's
+    draws and tell ablated calls apart."""
+    answer = torch.randn(4096)
+    before = answer.clone()
+    region = answer.view(torch.uint8)
+    gate = LaunchGate(mode="run", isolate=True, reachable=lambda: [region])
+    default = torch.random.get_rng_state()
+    assert gate.should_launch((torch.zeros(4),))
+    (view, saved, masked), = gate._isolated
+    assert masked and int((saved == before.view(torch.uint8)).sum()) < region.numel() // 64  # no verbatim copy
+    gate.after_launch()
+    assert torch.equal(answer, before)
+    for mode in ("randomize", "suppress"):
+        flag = torch.zeros(8)
+        g = LaunchGate(mode="suppress") if mode == "suppress" else LaunchGate(mode="run", randomize=True)
+        g.should_launch((flag, torch.ones(1, dtype=torch.int64)))
+        assert not torch.equal(flag, torch.zeros(8))  # the gate drew (from its own generators)
+        g.after_launch()
+    assert torch.equal(torch.random.get_rng_state(), default)
 
 
 def test_isolation_records_page_locked_memory_live_during_a_launch():

@@ -92,6 +92,9 @@ class LaunchGate:
     _restore: list[Any] = field(default_factory=list)
     _isolated: list[Any] = field(default_factory=list)
     _strided: list[Any] = field(default_factory=list)
+    _generators: dict[str, Any] = field(default_factory=dict)
+    _pad_state: Any = None
+    _isolated_pads: bool = False
 
     def should_launch(self, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None,
                       names: tuple[str, ...] | frozenset[str] = (), opaque: bool = False) -> bool:
@@ -161,14 +164,15 @@ class LaunchGate:
         for tensor in _tensors(args, kwargs):
             if tensor.numel() == 0 or tensor.untyped_storage().data_ptr() in self.protected:
                 continue
+            gen = self._generator(tensor, "ablate")
             if tensor.is_floating_point():
-                tensor.copy_(torch.randn(tensor.shape, device=tensor.device).to(tensor.dtype))
+                tensor.copy_(torch.randn(tensor.shape, device=tensor.device, generator=gen).to(tensor.dtype))
             elif tensor.dtype == torch.bool:
-                tensor.copy_(torch.rand(tensor.shape, device=tensor.device) < 0.5)
+                tensor.copy_(torch.rand(tensor.shape, device=tensor.device, generator=gen) < 0.5)
             else:
                 info = torch.iinfo(tensor.dtype)
                 tensor.copy_(torch.randint(max(info.min, -2**31), min(info.max, 2**31 - 1), tensor.shape,
-                                           device=tensor.device, dtype=torch.int64).to(tensor.dtype))
+                                           device=tensor.device, dtype=torch.int64, generator=gen).to(tensor.dtype))
 
     def after_launch(self) -> None:
         """Called by the hooks once a launch returned: give back the values of every element it did not write.
@@ -232,18 +236,18 @@ class LaunchGate:
             return
         for place in (None, "cpu"):
             try:
-                self._isolated = [(view, view.clone() if place is None else view.to(place)) for view in pieces]
+                self._isolated = [(view, *self._save(view, place)) for view in pieces]
                 strided = [(view, view.clone()) for view in own]
                 break
             except Exception:  # noqa: BLE001 - our copies (out of memory): never the kernel's failure
-                self._isolated = []
+                self._isolated, self._isolated_pads = [], False
         else:  # no room on the device or the host: nothing isolated for the rest of the call, and whose fault is it?
             # a file whose memory outgrows `room` (a share of the card no gold kernel comes near) made it so; below
             # that, other gradings on the machine did: never the kernel's failure
             self.isolated = -1 if sum(view.numel() for view in pieces) > self.room else -2
             return
         for view in pieces:
-            view.random_(0, 256)
+            view.random_(0, 256, generator=self._generator(view, "noise"))
             self.isolated += view.numel()
         for view, values in strided:  # a strided argument's own elements, back before the launch
             view.copy_(values)
@@ -256,22 +260,82 @@ class LaunchGate:
             if tensor.numel() == 0:
                 continue
             saved = tensor.clone()
+            gen = self._generator(tensor, "ablate")
             if tensor.is_floating_point():
-                tensor.copy_(torch.randn(tensor.shape, device=tensor.device).to(tensor.dtype))
+                tensor.copy_(torch.randn(tensor.shape, device=tensor.device, generator=gen).to(tensor.dtype))
             elif tensor.dtype == torch.bool:
-                tensor.copy_(torch.rand(tensor.shape, device=tensor.device) < 0.5)
+                tensor.copy_(torch.rand(tensor.shape, device=tensor.device, generator=gen) < 0.5)
             elif tensor.numel() > 1:
                 flat = tensor.reshape(-1)
-                perm = torch.randperm(flat.numel(), device=tensor.device)
+                perm = torch.randperm(flat.numel(), device=tensor.device, generator=gen)
                 tensor.copy_(flat[perm].reshape(tensor.shape))
             elif not tensor.is_complex():
                 # a one-element integer (a flag or a count) moves by a small nonzero step: a red-teamer's launch
                 # that only zeroed a flag its outputs add was never randomised, so the ablation said nothing
-                tensor.add_(int(torch.randint(1, 100, (1,)).item()))  # below 128: no 8-bit wrap to itself
+                step = torch.randint(1, 100, (1,), generator=self._generator(saved.cpu(), "ablate"))
+                tensor.add_(int(step.item()))  # below 128: no 8-bit wrap to itself
             else:
                 continue
             self._restore.append((tensor, saved, tensor.clone()))
             self.randomized += 1
+
+    def _save(self, view: Any, place: str | None) -> tuple[Any, bool]:
+        """A copy of `view` to give back after the launch: on the device, XORed with a pad of secret random bytes.
+
+        Saved bytes are never filled (the pool is left out of `reachable`), so a verbatim copy of an eager answer
+        would lie on the card while the launch runs; session 31's third red-teamer steered the gate's first
+        allocation to an address of the file's choosing (an out-of-memory flush, then a freed block of the
+        copy's size). Masked, the copy says nothing without the pad, which the gate draws from its own generator
+        in 64 MiB pieces and draws again, from the same state, to unmask (`_load`). Host copies are pageable
+        memory, out of the GPU's reach: plain.
+        """
+        if place is not None:
+            return view.to(place), False
+        import torch
+
+        if not self._isolated_pads:
+            pads = self._generator(view, "pad")
+            self._pad_state = (pads, pads.get_state())
+            self._isolated_pads = True
+        saved = torch.empty_like(view)
+        for lo in range(0, view.numel(), PAD_BYTES):
+            part = view[lo:lo + PAD_BYTES]
+            pad = torch.randint(0, 256, part.shape, dtype=part.dtype, device=part.device,
+                                generator=self._generator(view, "pad"))
+            torch.bitwise_xor(part, pad, out=saved[lo:lo + PAD_BYTES])
+        return saved, True
+
+    def _load(self, view: Any, saved: Any, masked: bool) -> None:
+        import torch
+
+        if not masked:
+            view.copy_(saved)
+            return
+        for lo in range(0, view.numel(), PAD_BYTES):
+            part = saved[lo:lo + PAD_BYTES]
+            pad = torch.randint(0, 256, part.shape, dtype=part.dtype, device=part.device,
+                                generator=self._generator(view, "pad"))
+            torch.bitwise_xor(part, pad, out=view[lo:lo + PAD_BYTES])
+
+    def _generator(self, like: Any, purpose: str) -> Any:
+        """One of the gate's own random generators (one per purpose and device), seeded from the OS.
+
+        The pads must be secret, and the default generators must not move in ablated calls only: torch's default
+        CUDA generator starts from a fixed seed, so a file's own `torch.Generator(device="cuda")` reproduces its
+        stream and could count the draws the gate made (a tell that let a file break its outputs exactly when
+        its launches were suppressed or randomised, so that they read "required").
+        """
+        key = f"{purpose}:{like.device}"
+        found = self._generators.get(key)
+        if found is None:
+            import secrets
+
+            import torch
+
+            found = torch.Generator(device=like.device)
+            found.manual_seed(secrets.randbits(63))
+            self._generators[key] = found
+        return found
 
     def _give_back(self) -> None:
         """The bytes an isolated launch saw as noise, restored (free blocks too: nothing after it shows the noise).
@@ -279,11 +343,13 @@ class LaunchGate:
         A strided argument's elements lie inside the restored bytes: what the launch wrote there is kept.
         """
         written = [(view, view.clone()) for view in self._strided]
-        for view, saved in self._isolated:
-            view.copy_(saved)
+        if self._isolated and self._pad_state is not None:
+            self._pad_state[0].set_state(self._pad_state[1])  # the same pads again, in the same order
+        for view, saved, masked in self._isolated:
+            self._load(view, saved, masked)
         for view, values in written:
             view.copy_(values)
-        self._isolated, self._strided = [], []
+        self._isolated, self._strided, self._isolated_pads = [], [], False
 
     def reset(self) -> None:
         """Forget counts (kernel names are kept: they describe compiled kernels, not calls)."""
@@ -293,6 +359,7 @@ class LaunchGate:
         self.randomized = 0
         self.isolated = 0
         self.pinned_live = 0
+        self._isolated_pads = False
         self._isolated = []
         self._strided = []
         self.units = set()
@@ -334,6 +401,10 @@ def _span(tensor: Any) -> tuple[int, int]:
     last = sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride(), strict=True) if size > 0)
     start = tensor.data_ptr()
     return start, start + (last + 1) * tensor.element_size()
+
+
+#: Bytes of pad drawn at a time when the gate masks its saved copies (`LaunchGate._save`).
+PAD_BYTES = 64 << 20
 
 
 def _distinct(tensor: Any) -> Any:
