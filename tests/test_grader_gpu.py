@@ -122,3 +122,23 @@ def test_a_non_blocking_copy_to_the_cpu_shows_as_page_locked_memory():
     for _ in range(2):
         torch.ones(1, device="cuda").item()
     assert Child._pinned(child) >= 4 << 20  # type: ignore[arg-type]
+
+
+def test_a_caught_out_of_memory_error_is_counted_as_the_file_s():
+    """A failed 1 PiB request makes the caching allocator release its cached segments (empty_cache under no
+    refused name); the child counts such errors (`Child._ooms`), less the gate's own."""
+    from types import SimpleNamespace
+
+    from metakernel.dsl.base import LaunchGate
+    from metakernel.grader.child import Bound, Child
+
+    b = Bound(torch, "cuda")
+    child = SimpleNamespace(b=b, gate=LaunchGate(mode="run"), oom_base=int(b.memory_stats().get("num_ooms", 0)))
+    assert Child._ooms(child) == 0  # type: ignore[arg-type]
+    try:
+        torch.empty(1 << 50, dtype=torch.uint8, device="cuda")
+    except torch.OutOfMemoryError:
+        pass
+    assert Child._ooms(child) == 1  # type: ignore[arg-type]
+    child.gate.own_ooms = 1
+    assert Child._ooms(child) == 0  # type: ignore[arg-type]

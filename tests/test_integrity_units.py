@@ -646,6 +646,20 @@ def test_isolation_s_saved_copies_are_masked_and_the_default_generators_never_mo
     assert torch.equal(torch.random.get_rng_state(), default)
 
 
+def test_the_gate_counts_its_own_out_of_memory_errors():
+    """A caught out-of-memory error is the file's rule violation (it flushes the allocator's cache and steers
+    where the next allocation lands: session 31's third red-teamer); the gate's own are counted apart, whether it
+    swallows them (the isolation's copies) or they reach the launch (the audit's)."""
+    gate = LaunchGate(mode="run")
+    with pytest.raises(torch.OutOfMemoryError), gate._aside():
+        raise torch.OutOfMemoryError("the gate's copy")
+    with pytest.raises(ValueError), gate._aside():
+        raise ValueError("not memory")
+    assert gate.own_ooms == 1
+    gate.reset()
+    assert gate.own_ooms == 1  # over the child's life, like the allocator's own count
+
+
 def test_isolation_records_page_locked_memory_live_during_a_launch():
     """Page-locked host memory lies in the GPU's address space, outside every allocation the isolation fills; a
     non_blocking copy to the CPU with the flag positional (`t.to(cpu, dtype, True)`) made it under no refused name

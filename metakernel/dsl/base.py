@@ -85,6 +85,8 @@ class LaunchGate:
     pinned_live: int = 0
     # bytes to isolate above which a failure to copy them is the file's (`isolated` -1), below it the machine's (-2)
     room: int = 0
+    # out-of-memory errors of the gate's own copies, over the child's life (never reset): the rest are the file's
+    own_ooms: int = 0
     # A private CUDA memory pool for the gate's own tensors (audit copies, random fills, saved arguments): made in
     # the caching allocator's default pool they moved where the kernel's next allocation landed, so a probe launch
     # at the start of `solve` told an audited call from the others (session 22's red-teamer). None: the CPU.
@@ -139,8 +141,18 @@ class LaunchGate:
         """Allocations of the gate's own go to its private pool (`pool`), not where the kernel's land.
 
         Where the pool cannot be entered the gate allocates as before: a failure of ours must never surface inside
-        the kernel's call, where it would be charged to the kernel.
+        the kernel's call, where it would be charged to the kernel. Its out-of-memory errors are counted
+        (`own_ooms`), so that the child does not take them for the file's.
         """
+        try:
+            with self._pooled():
+                yield
+        except Exception as exc:
+            self.own_ooms += type(exc).__name__ == "OutOfMemoryError"
+            raise
+
+    @contextlib.contextmanager
+    def _pooled(self) -> Iterator[None]:
         if self.pool is None:
             yield
             return
@@ -189,7 +201,8 @@ class LaunchGate:
             with self._aside():
                 last.after = [t.detach().clone() for t in last.live]
             last.live = []
-        self._give_back()
+        with self._aside():
+            self._give_back()
         if not self._restore:
             return
         import torch
@@ -239,8 +252,9 @@ class LaunchGate:
                 self._isolated = [(view, *self._save(view, place)) for view in pieces]
                 strided = [(view, view.clone()) for view in own]
                 break
-            except Exception:  # noqa: BLE001 - our copies (out of memory): never the kernel's failure
+            except Exception as exc:  # noqa: BLE001 - our copies (out of memory): never the kernel's failure
                 self._isolated, self._isolated_pads = [], False
+                self.own_ooms += type(exc).__name__ == "OutOfMemoryError"  # (the child counts the file's apart)
         else:  # no room on the device or the host: nothing isolated for the rest of the call, and whose fault is it?
             # a file whose memory outgrows `room` (a share of the card no gold kernel comes near) made it so; below
             # that, other gradings on the machine did: never the kernel's failure

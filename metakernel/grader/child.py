@@ -427,6 +427,7 @@ class Bound:
         self.sync = torch._C._cuda_synchronize if device == "cuda" else (lambda: None)
         self.snapshot = torch.cuda.memory_snapshot if device == "cuda" else (lambda: [])
         self.host_stats: Any = getattr(torch.cuda, "host_memory_stats", None) if device == "cuda" else None
+        self.memory_stats: Any = torch.cuda.memory_stats if device == "cuda" else None
         from torch.autograd import profiler as p
 
         self.prof = (p._prepare_profiler, p._enable_profiler, p._disable_profiler, p.ProfilerConfig,
@@ -454,6 +455,7 @@ class Child:
         self.arena_in: Any = None
         self.arena_out: Any = None
         self.pinned_base = 0
+        self.oom_base = 0
 
     # -------------------------------------------------------------------------------------------- set-up
     def setup(self) -> dict[str, Any]:
@@ -513,6 +515,8 @@ class Child:
                 for dtype in (torch.float64, torch.int64, torch.bool):  # `.item()`'s staging blocks, cached now
                     torch.ones(1, dtype=dtype, device=self.device).item()
                 self.pinned_base = self._pinned_now()  # what the DSLs' warm-up left, before the file's import
+            if self.b.memory_stats is not None:
+                self.oom_base = int(self.b.memory_stats().get("num_ooms", 0))
             started = _perf()
             try:
                 module = _import_file(path, "candidate_kernel")
@@ -550,6 +554,20 @@ class Child:
             raise _Fail("rule_violation", f"the sandbox refused: {self.guard.violations[0]} (kernels may not "
                         "create processes, open sockets, inspect frames or the garbage collector, load "
                         "libraries or write files)", "sandbox")
+        if self.guard is not None and self.b.memory_stats is not None and self._ooms() > 0:
+            raise _Fail("rule_violation", "solve caught an out-of-memory error: a failed allocation empties the "
+                        "allocator's cache (empty_cache under another name) and steers where the next one lands; "
+                        "size what you allocate to the card instead", "sandbox")
+
+    def _ooms(self) -> int:
+        """Out-of-memory errors since the file's import that were not the gate's own copies'.
+
+        Each one made the caching allocator release its cached segments: session 31's third red-teamer used a
+        caught 1 PiB request to vacate an address range the gate's next copy then took. An uncaught one ends the
+        call as the kernel's failure anyway.
+        """
+        own = self.gate.own_ooms if self.gate is not None else 0
+        return int(self.b.memory_stats().get("num_ooms", 0)) - self.oom_base - own
 
     def _bracket(self, inputs: list[Any], _clock: Any = _perf) -> tuple[Any, float]:
         """The timed window: sync, clock, solve, device-wide sync, clock (garbage collection off throughout).
