@@ -85,7 +85,7 @@ def _ablated(dev):
     if code == 2:
         _MIRROR[0] = drawn_gen  # in step again
         return True
-    if code != 1:
+    if not code & 1:  # (3: both predictions alike, never on CUDA's Philox: kept as plain)
         _MIRROR[0] = False  # some other draw (the isolation's fills): lost step, never break the outputs again
     return False
 
