@@ -655,9 +655,28 @@ def test_the_gate_counts_its_own_out_of_memory_errors():
         raise torch.OutOfMemoryError("the gate's copy")
     with pytest.raises(ValueError), gate._aside():
         raise ValueError("not memory")
-    assert gate.own_ooms == 1
+    assert gate.own_ooms == 1 and len(gate.failures) == 2  # (the child ends the grading on any it sees)
     gate.reset()
-    assert gate.own_ooms == 1  # over the child's life, like the allocator's own count
+    assert gate.own_ooms == 1 and gate.failures  # over the child's life, like the allocator's own count
+
+
+def test_the_ablations_write_an_expanded_argument_s_elements_once():
+    """A one-byte tensor expanded to 2^40 elements made the audit's, the randomise ablation's and the suppress
+    fill's dense copies raise inside the launch, which a file caught to tell those calls apart (session 31's fourth
+    red-teamer): the ablations now write a strided argument's distinct elements, and any failure of the gate's own
+    work is recorded for the child to end the grading on."""
+    shield = torch.zeros(1, dtype=torch.uint8).expand(1 << 20, 1 << 20)
+    flag = torch.zeros(4)
+    for gate in (LaunchGate(mode="run", randomize=True), LaunchGate(mode="suppress")):
+        gate.should_launch((flag[:1].expand(8), shield))
+        assert not gate.failures and float(flag[0]) != 0.0
+        gate.after_launch()
+        flag.zero_()
+    overlapping = torch.randn(16).as_strided((4, 4), (1, 1))
+    gate = LaunchGate(mode="run", randomize=True)
+    with pytest.raises(ValueError, match="address the same elements"):
+        gate.should_launch((overlapping,))
+    assert gate.failures and "ValueError" in gate.failures[0]
 
 
 def test_isolation_records_page_locked_memory_live_during_a_launch():
@@ -1039,3 +1058,20 @@ def test_a_clock_in_the_generated_device_source_is_refused_whatever_op_wrote_it(
                  "t = __nvvm_read_ptx_sreg_clock64();", 'asm("mov.u32 %0, %%gridid;");', "#define C(a, b) a##b"):
         assert source_clock(text), text
     assert source_clock("float clocks = a * b; // clock64()\nint pm = 3; /* clock() */ char q = '\"';") is None
+
+
+def test_the_child_ends_a_grading_whose_file_caught_the_gate_s_failure():
+    """A failure of the gate's own work that solve caught is a rule violation at the next request; one that left
+    solve is judged as that call's failure, and forgotten."""
+    from types import SimpleNamespace
+
+    from metakernel.grader.child import Bound, Child, _Fail, _failure
+
+    gate = LaunchGate(mode="run")
+    gate.failures.append("OutOfMemoryError: the audit's copy")
+    child = SimpleNamespace(b=Bound(torch, "cpu"), guard=None, gate=gate, adapter=None)
+    with pytest.raises(_Fail) as caught:
+        Child._check_clean(child)  # type: ignore[arg-type]
+    assert caught.value.status == "rule_violation" and "caught an error of the grader's own work" in caught.value.text
+    _failure(child, RuntimeError("out of memory"), "runtime_error")  # type: ignore[arg-type]
+    Child._check_clean(child)  # type: ignore[arg-type]

@@ -87,6 +87,10 @@ class LaunchGate:
     room: int = 0
     # out-of-memory errors of the gate's own copies, over the child's life (never reset): the rest are the file's
     own_ooms: int = 0
+    # the gate's own work that failed inside a launch (its copies, fills, perturbations): a file could catch the
+    # error in solve and tell that call apart (session 31's fourth red-teamer: a 2^40-element expanded argument
+    # whose audit copy ran out of memory), so the child ends the grading on any (`Child._check_clean`)
+    failures: list[str] = field(default_factory=list)
     # A private CUDA memory pool for the gate's own tensors (audit copies, random fills, saved arguments): made in
     # the caching allocator's default pool they moved where the kernel's next allocation landed, so a probe launch
     # at the start of `solve` told an audited call from the others (session 22's red-teamer). None: the CPU.
@@ -149,6 +153,7 @@ class LaunchGate:
                 yield
         except Exception as exc:
             self.own_ooms += type(exc).__name__ == "OutOfMemoryError"
+            self.failures.append(f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}")
             raise
 
     @contextlib.contextmanager
@@ -173,7 +178,7 @@ class LaunchGate:
     def _garble(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         import torch
 
-        for tensor in _tensors(args, kwargs):
+        for tensor in map(_writable, _tensors(args, kwargs)):
             if tensor.numel() == 0 or tensor.untyped_storage().data_ptr() in self.protected:
                 continue
             gen = self._generator(tensor, "ablate")
@@ -240,21 +245,28 @@ class LaunchGate:
         if any(view is None for view in own):  # a view that addresses its elements many times over (session 31's
             self.isolated = -1  # red-teamer: 12 G elements of one byte made the gate's copies fail): the file's
             return
-        try:
-            pieces = [region[start - region.data_ptr():end - region.data_ptr()]
-                      for region in self.reachable()
-                      for start, end in _outside(region.data_ptr(), region.data_ptr() + region.numel(), kept)]
-        except Exception:  # noqa: BLE001 - the allocator's own listing failed: never the kernel's failure
-            self.isolated = -2
-            return
-        for place in (None, "cpu"):
+        # The copies allocate: where the allocator had to free cached segments to make room for them, the listing
+        # no longer holds (its free blocks may be unmapped, or the copies' own), so it is taken again and the
+        # copies made again (session 31's fourth red-teamer: noise written to an unmapped block is a crash, which
+        # an isolated call judges the kernel's)
+        for place in (None, None, "cpu"):
+            try:
+                regions = list(self.reachable())
+                pieces = [region[start - region.data_ptr():end - region.data_ptr()] for region in regions
+                          for start, end in _outside(region.data_ptr(), region.data_ptr() + region.numel(), kept)]
+            except Exception:  # noqa: BLE001 - the allocator's own listing failed: never the kernel's failure
+                self.isolated = -2
+                return
             try:
                 self._isolated = [(view, *self._save(view, place)) for view in pieces]
                 strided = [(view, view.clone()) for view in own]
-                break
             except Exception as exc:  # noqa: BLE001 - our copies (out of memory): never the kernel's failure
                 self._isolated, self._isolated_pads = [], False
                 self.own_ooms += type(exc).__name__ == "OutOfMemoryError"  # (the child counts the file's apart)
+                continue
+            if _layout(self.reachable()) == _layout(regions):
+                break
+            self._isolated, self._isolated_pads = [], False
         else:  # no room on the device or the host: nothing isolated for the rest of the call, and whose fault is it?
             # a file whose memory outgrows `room` (a share of the card no gold kernel comes near) made it so; below
             # that, other gradings on the machine did: never the kernel's failure
@@ -270,7 +282,7 @@ class LaunchGate:
     def _perturb(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         import torch
 
-        for tensor in _tensors(args, kwargs):
+        for tensor in map(_writable, _tensors(args, kwargs)):
             if tensor.numel() == 0:
                 continue
             saved = tensor.clone()
@@ -286,8 +298,10 @@ class LaunchGate:
             elif not tensor.is_complex():
                 # a one-element integer (a flag or a count) moves by a small nonzero step: a red-teamer's launch
                 # that only zeroed a flag its outputs add was never randomised, so the ablation said nothing
-                step = torch.randint(1, 100, (1,), generator=self._generator(saved.cpu(), "ablate"))
-                tensor.add_(int(step.item()))  # below 128: no 8-bit wrap to itself
+                # below 128: no 8-bit wrap to itself; drawn on the device (a host copy waited for the GPU in
+                # randomised calls only: session 31's fourth red-teamer)
+                tensor.add_(torch.randint(1, 100, tensor.shape, device=tensor.device, dtype=tensor.dtype,
+                                          generator=gen))
             else:
                 continue
             self._restore.append((tensor, saved, tensor.clone()))
@@ -312,11 +326,11 @@ class LaunchGate:
             self._pad_state = (pads, pads.get_state())
             self._isolated_pads = True
         saved = torch.empty_like(view)
-        for lo in range(0, view.numel(), PAD_BYTES):
-            part = view[lo:lo + PAD_BYTES]
-            pad = torch.randint(0, 256, part.shape, dtype=part.dtype, device=part.device,
-                                generator=self._generator(view, "pad"))
-            torch.bitwise_xor(part, pad, out=saved[lo:lo + PAD_BYTES])
+        for lo in range(0, view.numel(), PAD_BYTES):  # the pad drawn into the copy itself: no pad lies beside it
+            chunk = saved[lo:lo + PAD_BYTES]
+            torch.randint(0, 256, chunk.shape, dtype=chunk.dtype, device=chunk.device,
+                          generator=self._generator(view, "pad"), out=chunk)
+            chunk.bitwise_xor_(view[lo:lo + PAD_BYTES])
         return saved, True
 
     def _load(self, view: Any, saved: Any, masked: bool) -> None:
@@ -326,10 +340,10 @@ class LaunchGate:
             view.copy_(saved)
             return
         for lo in range(0, view.numel(), PAD_BYTES):
-            part = saved[lo:lo + PAD_BYTES]
-            pad = torch.randint(0, 256, part.shape, dtype=part.dtype, device=part.device,
-                                generator=self._generator(view, "pad"))
-            torch.bitwise_xor(part, pad, out=view[lo:lo + PAD_BYTES])
+            chunk = view[lo:lo + PAD_BYTES]
+            torch.randint(0, 256, chunk.shape, dtype=chunk.dtype, device=chunk.device,
+                          generator=self._generator(view, "pad"), out=chunk)
+            chunk.bitwise_xor_(saved[lo:lo + PAD_BYTES])
 
     def _generator(self, like: Any, purpose: str) -> Any:
         """One of the gate's own random generators (one per purpose and device), seeded from the OS.
@@ -419,6 +433,22 @@ def _span(tensor: Any) -> tuple[int, int]:
 
 #: Bytes of pad drawn at a time when the gate masks its saved copies (`LaunchGate._save`).
 PAD_BYTES = 64 << 20
+
+
+def _layout(regions: Any) -> list[tuple[int, int]]:
+    return [(region.data_ptr(), region.numel()) for region in regions]
+
+
+def _writable(tensor: Any) -> Any:
+    """A launch argument as the ablations write it: its distinct elements (an expanded view cut to one each).
+
+    An argument whose distinct dimensions overlap is refused: no fill or permutation is defined on it.
+    """
+    own = tensor if tensor.is_contiguous() else _distinct(tensor)
+    if own is None:
+        raise ValueError("a launch argument whose dimensions address the same elements (an overlapping as_strided "
+                         "view): pass a plain view")
+    return own
 
 
 def _distinct(tensor: Any) -> Any:

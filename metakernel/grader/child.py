@@ -554,6 +554,11 @@ class Child:
             raise _Fail("rule_violation", f"the sandbox refused: {self.guard.violations[0]} (kernels may not "
                         "create processes, open sockets, inspect frames or the garbage collector, load "
                         "libraries or write files)", "sandbox")
+        if self.gate is not None and self.gate.failures:
+            raise _Fail("rule_violation", f"solve caught an error of the grader's own work on a DSL launch "
+                        f"({self.gate.failures[0]}): a file must let what a launch raises propagate (and pass "
+                        "plain tensor views, not expanded or overlapping ones, of a size the card can copy)",
+                        "sandbox")
         if self.guard is not None and self.b.memory_stats is not None and self._ooms() > 0:
             raise _Fail("rule_violation", "solve caught an out-of-memory error: a failed allocation empties the "
                         "allocator's cache (empty_cache under another name) and steers where the next one lands; "
@@ -1090,6 +1095,8 @@ def _candidate_traceback(exc: BaseException) -> str:
 
 
 def _failure(child: Child, exc: BaseException, status: str) -> dict[str, Any]:
+    if child.gate is not None:  # a failure of the gate's own work that left solve is judged as the call's failure
+        child.gate.failures.clear()
     if child.guard is not None and child.guard.violations:
         return {"ok": False, "status": "rule_violation", "reason": "sandbox",
                 "error": f"the sandbox refused: {child.guard.violations[0]} (kernels may not create processes, "
