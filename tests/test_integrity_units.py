@@ -1075,3 +1075,24 @@ def test_the_child_ends_a_grading_whose_file_caught_the_gate_s_failure():
     assert caught.value.status == "rule_violation" and "caught an error of the grader's own work" in caught.value.text
     _failure(child, RuntimeError("out of memory"), "runtime_error")  # type: ignore[arg-type]
     Child._check_clean(child)  # type: ignore[arg-type]
+
+
+def test_the_gate_writes_arguments_without_moving_their_version_or_failing_on_inference_tensors():
+    """The gate wrote launch arguments in place, which moved their version counter in isolated, randomised and
+    suppressed calls only: autograd's check of a saved tensor raised exactly there, a tell; and an inference
+    tensor, a complex one or a leaf that requires grad made the ablations' own writes raise, which read as
+    "required" (session 31's fifth red-teamer). The gate now writes through aliases of its own."""
+    w = torch.ones(8, requires_grad=True)
+    probe = torch.randn(8)
+    y = (probe * w).sum()
+    with torch.inference_mode():
+        frozen = torch.randn(8)
+    leaf = torch.randn(4, requires_grad=True)
+    waves = torch.randn(4, dtype=torch.complex64)
+    for gate in (LaunchGate(mode="run", randomize=True), LaunchGate(mode="suppress")):
+        before = probe.clone()
+        gate.should_launch((probe, frozen, leaf, waves))
+        assert not torch.equal(probe, before) and not gate.failures
+        gate.after_launch()
+    (grad,) = torch.autograd.grad(y, w)  # no "modified by an inplace operation"
+    assert grad.shape == w.shape

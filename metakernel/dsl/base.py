@@ -182,7 +182,7 @@ class LaunchGate:
             if tensor.numel() == 0 or tensor.untyped_storage().data_ptr() in self.protected:
                 continue
             gen = self._generator(tensor, "ablate")
-            if tensor.is_floating_point():
+            if tensor.is_floating_point() or tensor.is_complex():
                 tensor.copy_(torch.randn(tensor.shape, device=tensor.device, generator=gen).to(tensor.dtype))
             elif tensor.dtype == torch.bool:
                 tensor.copy_(torch.rand(tensor.shape, device=tensor.device, generator=gen) < 0.5)
@@ -242,6 +242,7 @@ class LaunchGate:
         tensors = [t for t in tensors if t.numel() > 0]
         kept = sorted(_span(t) for t in tensors if t.is_contiguous())
         own = [_distinct(t) for t in tensors if not t.is_contiguous()]
+        own = [view if view is None else _alias(view) for view in own]
         if any(view is None for view in own):  # a view that addresses its elements many times over (session 31's
             self.isolated = -1  # red-teamer: 12 G elements of one byte made the gate's copies fail): the file's
             return
@@ -287,7 +288,7 @@ class LaunchGate:
                 continue
             saved = tensor.clone()
             gen = self._generator(tensor, "ablate")
-            if tensor.is_floating_point():
+            if tensor.is_floating_point() or tensor.is_complex():
                 tensor.copy_(torch.randn(tensor.shape, device=tensor.device, generator=gen).to(tensor.dtype))
             elif tensor.dtype == torch.bool:
                 tensor.copy_(torch.rand(tensor.shape, device=tensor.device, generator=gen) < 0.5)
@@ -295,15 +296,13 @@ class LaunchGate:
                 flat = tensor.reshape(-1)
                 perm = torch.randperm(flat.numel(), device=tensor.device, generator=gen)
                 tensor.copy_(flat[perm].reshape(tensor.shape))
-            elif not tensor.is_complex():
+            else:
                 # a one-element integer (a flag or a count) moves by a small nonzero step: a red-teamer's launch
                 # that only zeroed a flag its outputs add was never randomised, so the ablation said nothing
                 # below 128: no 8-bit wrap to itself; drawn on the device (a host copy waited for the GPU in
                 # randomised calls only: session 31's fourth red-teamer)
                 tensor.add_(torch.randint(1, 100, tensor.shape, device=tensor.device, dtype=tensor.dtype,
                                           generator=gen))
-            else:
-                continue
             self._restore.append((tensor, saved, tensor.clone()))
             self.randomized += 1
 
@@ -448,7 +447,21 @@ def _writable(tensor: Any) -> Any:
     if own is None:
         raise ValueError("a launch argument whose dimensions address the same elements (an overlapping as_strided "
                          "view): pass a plain view")
-    return own
+    return _alias(own)
+
+
+def _alias(tensor: Any) -> Any:
+    """The same elements as a new tensor of its own, for the gate to write through.
+
+    Such writes move no version counter of the file's tensors (autograd's check of a saved tensor told isolated,
+    randomised and suppressed calls apart: session 31's fifth red-teamer), and are allowed on inference tensors and
+    on leaves that require grad (whose in-place errors left solve in ablated calls only).
+    """
+    import torch
+
+    with torch.no_grad():
+        return torch.empty(0, dtype=tensor.dtype, device=tensor.device).set_(
+            tensor.untyped_storage(), tensor.storage_offset(), tensor.shape, tensor.stride())
 
 
 def _distinct(tensor: Any) -> Any:

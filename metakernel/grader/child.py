@@ -512,7 +512,8 @@ class Child:
             self.guard.armed = True
             self.iso.audit_hook = True
             if self.gate is not None and self.gate.pinned is not None:
-                for dtype in (torch.float64, torch.int64, torch.bool):  # `.item()`'s staging blocks, cached now
+                for dtype in (torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32,
+                              torch.bool):  # `.item()`'s staging blocks (one per element size), cached now
                     torch.ones(1, dtype=dtype, device=self.device).item()
                 self.pinned_base = self._pinned_now()  # what the DSLs' warm-up left, before the file's import
             if self.b.memory_stats is not None:
@@ -1095,8 +1096,15 @@ def _candidate_traceback(exc: BaseException) -> str:
 
 
 def _failure(child: Child, exc: BaseException, status: str) -> dict[str, Any]:
-    if child.gate is not None:  # a failure of the gate's own work that left solve is judged as the call's failure
+    gate_failed = ""
+    if getattr(child, "gate", None) is not None:
+        # a failure of the gate's own work that left solve: the parent judges it, never as an ablation's
+        # "required" (session 31's fifth red-teamer)
+        gate_failed = "; ".join(child.gate.failures)
         child.gate.failures.clear()
+    bound = getattr(child, "b", None)  # (a failure in set-up comes before the bound callables)
+    if bound is not None and bound.memory_stats is not None and child.guard is not None:
+        child.oom_base += max(0, child._ooms())  # an out-of-memory error that left solve is this call's failure
     if child.guard is not None and child.guard.violations:
         return {"ok": False, "status": "rule_violation", "reason": "sandbox",
                 "error": f"the sandbox refused: {child.guard.violations[0]} (kernels may not create processes, "
@@ -1108,7 +1116,7 @@ def _failure(child: Child, exc: BaseException, status: str) -> dict[str, Any]:
         except Exception:  # noqa: BLE001 - cleaning must never hide the error itself
             pass
     fatal = "illegal memory access" in text or "CUDA error" in text or "unspecified launch failure" in text
-    return {"ok": False, "status": status, "error": text, "fatal": fatal}
+    return {"ok": False, "status": status, "error": text, "fatal": fatal, "gate_failed": gate_failed}
 
 
 def _next_message(conn: Connection, receive: Any) -> tuple[dict[str, Any], list[bytes]] | None:

@@ -603,6 +603,14 @@ class Evaluation:
         if not reply.get("ok"):
             if reply.get("reason") == "sandbox":
                 self._fail_reply(reply)
+            if reply.get("gate_failed"):  # the grader's own work failed inside a launch: never "required"
+                failed = str(reply["gate_failed"])
+                if "OutOfMemoryError" in failed:
+                    self.end("infra_error", "grader_memory",
+                             f"the grader ran out of memory ablating a {self.dsl} launch ({failed[:300]})")
+                self.end("rule_violation", "sandbox",
+                         f"the grader could not ablate a {self.dsl} launch ({failed[:300]}): pass plain tensor "
+                         "views of the dtypes the kernel computes in")
             if reply.get("fatal"):
                 raise _Crashed(reply.get("status", "runtime_error"))
             return None, seen, None
