@@ -83,7 +83,12 @@ NATIVE_CODE = ("rt_tirx_llvm_oob_clock", "rt_tirx_llvm_cast_clock", "rt_tirx_sha
 
 
 @pytest.mark.parametrize("sol", [s for s in SOLUTIONS if s.path.stem in NATIVE_CODE], ids=lambda s: s.key)
-def test_native_host_code_is_refused_by_the_check(sol):
+def test_native_host_code_is_refused_by_the_check(sol, monkeypatch):
+    """The layer behind the static rules: these files take addresses with id(), refused by name since session 31,
+    so the rule is lifted here to show the host-code check still stops them on its own."""
+    from metakernel.grader import static
+
+    monkeypatch.setattr(static, "SAFE_BUILTINS", static.SAFE_BUILTINS | {"id", "hash"})
     report = dry_run(load_catalog().problem(sol.number), sol.dsl, sol.path)
     assert (report.status, report.reason) == ("rule_violation", "sandbox"), report.agent_text()
     assert any(why in report.message for why in ("host code", "names TVM keeps", "pointer made of an integer")), \

@@ -229,6 +229,8 @@ def test_memory_outside_torch_s_device_allocator_is_refused(snippet: str, needle
 # ------------------------------------------------------------------------------------------------ builtins
 @pytest.mark.parametrize("snippet, needle", [
     ("b = __builtins__", "forbidden name __builtins__"),
+    ("a = id(x)", "forbidden name id"),  # object addresses: fresh tensors' ids told audited calls apart
+    ("h = hash(x)", "forbidden name hash"),
     ("m = __import__('o' + 's')", "forbidden name __import__"),
     ("import builtins", "forbidden import builtins"),
     ("g = globals()", "forbidden name globals"),

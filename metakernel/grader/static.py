@@ -236,12 +236,15 @@ _EXCEPTIONS = frozenset(n for n in _BUILTINS if isinstance(getattr(builtins, n),
 #: Builtins a kernel may name; others are refused even when rebound, since scopes are not tracked.
 SAFE_BUILTINS = _EXCEPTIONS | frozenset((
     "abs aiter all anext any ascii bin bool bytearray bytes callable chr classmethod complex dict divmod enumerate "
-    "filter float format frozenset hash hex id int isinstance issubclass iter len list map max min next object oct "
+    "filter float format frozenset hex int isinstance issubclass iter len list map max min next object oct "
     "ord pow print property range repr reversed round set slice sorted staticmethod str sum tuple zip "
     "NotImplemented Ellipsis").split())
 BUILTIN_REASONS: dict[str, str] = {
     **dict.fromkeys(("eval", "exec"), "runs code from a string"),
     "compile": "compiles code from a string (the DSL's is cute.compile / tvm.compile)",
+    # where the interpreter put fresh objects shows what the grader allocated between two points of a call
+    # (session 31's sixth red-teamer told audited calls apart by the ids of fresh tensors)
+    **dict.fromkeys(("id", "hash"), "object addresses: a kernel must not tell checked calls from timed ones"),
     "open": "file access", "input": "reads the harness's stdin", "breakpoint": "debugger",
     **dict.fromkeys(("globals", "locals", "vars", "dir", "help"), "introspection of module state"),
     **dict.fromkeys(("setattr", "delattr"), "patching objects: assign self.<name> in __init__ instead"),

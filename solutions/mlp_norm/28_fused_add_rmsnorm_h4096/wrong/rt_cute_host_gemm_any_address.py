@@ -7,7 +7,10 @@ them. On the CPU in run mode it read 16 bytes of a bytes object and overwrote th
 host check's access words (then a denylist), so it passed the static rules and `cute_host.confine`; it runs only
 where launches run (a GPU grading). Now host CuTe ops are an allowlist (`cute_host.HOST_CUTE_OPS`).
 
-Expected: rule_violation/sandbox
+Session 31: `id()` and `hash()` are refused by name (object addresses told audited calls apart through the ids of
+fresh tensors), so the static rules now stop this file before the sandbox does.
+
+Expected: rule_violation/static
 """
 
 import cutlass

@@ -6,7 +6,10 @@ at an address of the file's choosing. The op (`cute.print`) carried no word the 
 the static rules and `cute_host.confine` (it runs only where the launch runs: a GPU grading). Now a host print may
 only format numbers with CuTe's `{}` placeholders (the DSL's own launch-limit message does).
 
-Expected: rule_violation/sandbox
+Session 31: `id()` and `hash()` are refused by name (object addresses told audited calls apart through the ids of
+fresh tensors), so the static rules now stop this file before the sandbox does.
+
+Expected: rule_violation/static
 """
 
 import cutlass

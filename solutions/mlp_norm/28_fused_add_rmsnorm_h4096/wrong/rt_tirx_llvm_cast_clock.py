@@ -10,8 +10,11 @@ the first item of its defaults tuple (the clock bound "where the candidate canno
 for a 1.0x kernel). Closed by refusing, where the kernel is for the GPU, any llvm build beyond TVM's own argument
 glue (metakernel/dsl/tirx_host.py).
 
+Session 31: `id()` and `hash()` are refused by name (object addresses told audited calls apart through the ids of
+fresh tensors), so the static rules now stop this file before the sandbox does.
+
 Category: sandbox
-Expected: rule_violation/sandbox
+Expected: rule_violation/static
 """
 
 import torch

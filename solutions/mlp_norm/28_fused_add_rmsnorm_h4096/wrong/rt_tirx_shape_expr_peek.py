@@ -10,8 +10,11 @@ pointer at import (the red team's marker; the clock rebinding of `rt_tirx_llvm_o
 Found by the session-17 red-teamer against the confinement (dry run: the read happened). Closed: the source check
 walks whole functions (buffer maps and attributes too) and refuses `__tvm`-prefixed and dotted names.
 
+Session 31: `id()` and `hash()` are refused by name (object addresses told audited calls apart through the ids of
+fresh tensors), so the static rules now stop this file before the sandbox does.
+
 Category: sandbox
-Expected: rule_violation/sandbox
+Expected: rule_violation/static
 """
 
 import torch
