@@ -77,7 +77,7 @@ _EXE = {}
 
 
 def exe(f):
-    key = id(f)
+    key = f
     if key not in _EXE:
         _EXE[key] = tvm.compile(f, target=tvm.target.Target({"kind": "cuda", "arch": "sm_90a"}), tir_pipeline="tirx")
     return _EXE[key]

@@ -41,7 +41,7 @@ _EXE = {}
 
 
 def exe(f):
-    key = id(f)
+    key = f
     if key not in _EXE:
         _EXE[key] = tvm.compile(f, target="llvm", tir_pipeline="tirx")
     return _EXE[key]
