@@ -660,6 +660,28 @@ def test_the_gate_counts_its_own_out_of_memory_errors():
     assert gate.own_ooms == 1 and gate.failures  # over the child's life, like the allocator's own count
 
 
+def test_a_dead_cuda_context_is_the_kernel_s_crash_not_the_gate_s_failure():
+    """A randomised index sends an honest gather out of bounds; CUDA reports the fault at the gate's next call, and
+    recording it as the gate's failure refused gold 43, 50 and 51 as "could not ablate" (session 32, H100). The
+    device decides: when its synchronisation fails too the context is dead (a crash: "required"); when it works,
+    the CUDA error stays the gate's (a file could otherwise hide a failure of ours behind the words)."""
+    def dead() -> None:
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    lost = LaunchGate(mode="run", sync=dead)
+    with pytest.raises(RuntimeError), lost._aside():
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+    assert not lost.failures
+    alive = LaunchGate(mode="run", sync=lambda: None)
+    with pytest.raises(RuntimeError), alive._aside():
+        raise RuntimeError("CUDA error: invalid argument")
+    assert alive.failures and "CUDA error" in alive.failures[0]
+    nodevice = LaunchGate(mode="run")  # (the CPU: no device to ask)
+    with pytest.raises(RuntimeError), nodevice._aside():
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+    assert nodevice.failures
+
+
 def test_the_ablations_write_an_expanded_argument_s_elements_once():
     """A one-byte tensor expanded to 2^40 elements made the audit's, the randomise ablation's and the suppress
     fill's dense copies raise inside the launch, which a file caught to tell those calls apart (session 31's fourth

@@ -49,6 +49,25 @@ def test_an_entry_graded_by_other_grader_code_is_graded_again(tmp_path, monkeypa
     assert again["grader"] == grader_fingerprint() and again["graded_at"] != "old"
 
 
+def test_file_keys_select_single_files_and_an_infra_error_is_graded_again(tmp_path):
+    """A selection item with a slash is one file (a shard re-grades just the files that need it), and an entry
+    that failed for the machine's reasons is graded again on resume, whatever grader graded it."""
+    from metakernel.errors import UserError
+
+    report = tmp_path / "gold.json"
+    key = "25/correct/tirx.py"
+    run_gold_validation(key, device="cpu", as_json=True, report_path=report, resume=True)
+    data = json.loads(report.read_text())
+    assert list(data["solutions"]) == [key]
+    data["solutions"][key]["status"], data["solutions"][key]["graded_at"] = "infra_error", "old"
+    report.write_text(json.dumps(data))
+    run_gold_validation(key, device="cpu", as_json=True, report_path=report, resume=True)
+    again = json.loads(report.read_text())["solutions"][key]
+    assert again["status"] != "infra_error" and again["graded_at"] != "old"
+    with pytest.raises(UserError, match="no such solution"):
+        run_gold_validation("25/correct/nothing.py", device="cpu", as_json=True, report_path=report, resume=True)
+
+
 def test_the_grader_fingerprint_ignores_docstrings_but_not_code(tmp_path):
     """Correcting a grader docstring must not void the device validation; changing a line of code must."""
     import shutil

@@ -85,6 +85,9 @@ class LaunchGate:
     pinned_live: int = 0
     # bytes to isolate above which a failure to copy them is the file's (`isolated` -1), below it the machine's (-2)
     room: int = 0
+    # () -> None: the device synchronisation bound before the file's import (the child's); it tells a dead CUDA
+    # context from a failure of the gate's own work (`_context_lost`). None: no device.
+    sync: Any = None
     # out-of-memory errors of the gate's own copies, over the child's life (never reset): the rest are the file's
     own_ooms: int = 0
     # the gate's own work that failed inside a launch (its copies, fills, perturbations): a file could catch the
@@ -152,6 +155,12 @@ class LaunchGate:
             with self._pooled():
                 yield
         except Exception as exc:
+            if _context_lost(exc, self.sync):
+                # An earlier launch faulted (CUDA reports it asynchronously, at the gate's next call): the kernel's
+                # failure, not ours. The context is dead, so nothing the file does after catching it can tell a
+                # call apart; a randomised index that sent an honest gather out of bounds is a crash, "required"
+                # (session 32: gold 43, 50 and 51 were refused as "could not ablate").
+                raise
             self.own_ooms += type(exc).__name__ == "OutOfMemoryError"
             self.failures.append(f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}")
             raise
@@ -391,6 +400,22 @@ class LaunchGate:
         self._strided = []
         self.units = set()
         self._restore = []
+
+
+def _context_lost(exc: BaseException, sync: Any) -> bool:
+    """True when `exc` is a CUDA error after which the context is unusable (a sticky error: every later call fails).
+
+    Decided by the device, not the message: after a non-sticky CUDA error (an invalid argument of the gate's own
+    call) the device synchronises, and the failure stays the gate's. `sync` is bound before the file's import, so
+    the file cannot make it raise.
+    """
+    if sync is None or ("CUDA error" not in str(exc) and type(exc).__name__ != "AcceleratorError"):
+        return False
+    try:
+        sync()
+    except Exception:  # noqa: BLE001 - the probe's failure is the answer
+        return True
+    return False
 
 
 def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:

@@ -495,6 +495,7 @@ class Child:
             self.gate.pinned = self._pinned
         if self.gate is not None and self.device == "cuda":  # half the card (gold files: 20 GiB at most, on an H100)
             self.gate.room = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory // 2
+            self.gate.sync = self.b.sync  # C-level, bound before the file's import (`_context_lost`)
         if kind == "candidate" and self.config.get("dry_run"):
             _warm_meta(torch)
         if self.config.get("path") is not None:

@@ -31,10 +31,12 @@ grading as `rule_violation`), since it gives a file `empty_cache` and control of
 
 Before the fix, if the driver reuses the range (GPU-unverified), it passed every phase. Now (session 31) the
 gate saves `bytes XOR pad`, the pad drawn from its own OS-seeded generator and drawn again to unmask: the copy at X
-is noise to the kernel, and the isolated call's outputs break.
+is noise to the kernel, and the isolated call's outputs break. The same session's out-of-memory rule
+(`Child._check_clean`: an OOM caught in solve is a flush of the allocator) now ends the grading at the first call,
+before any isolation (session 32 on the H100: `rule_violation/sandbox`).
 
 Category: token_route
-Expected: rule_violation/dsl_reach
+Expected: rule_violation/sandbox
 """
 
 import cutlass

@@ -1,4 +1,7 @@
-"""Wrong: the TIRx kernel writes 4 GB past the end of its output buffer (an illegal address on the GPU).
+"""Wrong: the TIRx kernel writes 2 TiB past the end of its output buffer (an illegal address on the GPU).
+
+At 4 GB past (until session 32) the writes landed in memory the grader had mapped by then and the file read
+`wrong/mismatch`; 2 TiB is far beyond anything an 80-141 GB card maps.
 
 The candidate's CUDA context dies; the grader reports a runtime error and stays healthy.
 Expected: runtime_error/illegal_address
@@ -19,7 +22,7 @@ def wild(a_ptr: Tx.handle, b_ptr: Tx.handle):
     tx = Tx.thread_id([256])
     i: Tx.let = bx * 256 + tx
     if i < n:
-        B[i + 2000000000] = A[i]
+        B[Tx.Cast("int64", i) + Tx.int64(1 << 40)] = A[i]
 
 
 _EXE = []
