@@ -682,6 +682,27 @@ def test_a_dead_cuda_context_is_the_kernel_s_crash_not_the_gate_s_failure():
     assert nodevice.failures
 
 
+def test_the_randomise_restore_gives_back_an_argument_passed_twice():
+    """One tensor passed twice (or two overlapping views) was saved the second time with the first draw's values;
+    restored in launch order it stayed random, so a multiplier of ones broke the outputs of a file whose DSL did no
+    work (session 32's red-teamer, `rt_cute_randomize_alias_restore`). Restored newest first, every element the
+    launch did not write is given back, and what it wrote stays."""
+    for make in (lambda t: (t, t), lambda t: (t, t[2:])):
+        ones, scratch = torch.ones(8), torch.zeros(1)
+        gate = LaunchGate(mode="run", randomize=True)
+        assert gate.should_launch((*make(ones), scratch))
+        assert not torch.equal(ones, torch.ones(8))  # randomised while the launch runs
+        scratch[0] = 1.0
+        gate.after_launch()
+        assert torch.equal(ones, torch.ones(8))
+    ones = torch.ones(8)
+    gate = LaunchGate(mode="run", randomize=True)
+    assert gate.should_launch((ones, ones))
+    ones[:4] = 7.0  # an in-place kernel's own writes stay
+    gate.after_launch()
+    assert torch.equal(ones, torch.tensor([7.0] * 4 + [1.0] * 4))
+
+
 def test_the_ablations_write_an_expanded_argument_s_elements_once():
     """A one-byte tensor expanded to 2^40 elements made the audit's, the randomise ablation's and the suppress
     fill's dense copies raise inside the launch, which a file caught to tell those calls apart (session 31's fourth

@@ -552,6 +552,9 @@ def test_dsl_compile_and_jit_pass() -> None:
     "p = torch.autograd.profiler._is_profiler_enabled", "p = torch.autograd.is_profiler_enabled()",
     "k = cute.arch.clock()", "torch.set_default_device('cuda')", "torch.set_float32_matmul_precision('high')",
     "c = torch.cuda.set_sync_debug_mode(1)",
+    # a torch.monitor event's wall-clock datetime, and `now()` read on any datetime (session 32's red-teamer)
+    "h = torch.monitor.register_event_handler(seen.append)", "d = seen[0].timestamp", "t = stamp.now()",
+    "t = stamp.utcnow()", "t = stamp.today()", "t = stamp.fromtimestamp(0)",
 ])
 def test_timers_seeds_allocator_and_settings_are_refused(snippet: str) -> None:
     rejected(snippet, "forbidden attribute .")

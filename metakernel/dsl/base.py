@@ -222,7 +222,10 @@ class LaunchGate:
         import torch
 
         with self._aside():
-            for view, saved, perturbed in self._restore:
+            # newest first: an argument passed twice (or two overlapping views) was saved the second time with
+            # the first randomisation's values, and restoring in launch order left those in place (session 32's
+            # red-teamer: a multiplier of ones passed twice stayed random, so its outputs broke with no DSL work)
+            for view, saved, perturbed in reversed(self._restore):
                 view.copy_(torch.where(view == perturbed, saved, view))
             self._restore = []
 

@@ -120,6 +120,10 @@ FEATURE_ATTRIBUTES: dict[str, str] = {
     **dict.fromkeys(("Event", "elapsed_time", "perf_counter", "perf_counter_ns", "time_ns", "monotonic",
                      "monotonic_ns", "process_time", "thread_time", "clock", "clock64", "globaltimer", "Timer",
                      "benchmark"), f"timers: {_TELL}"),
+    # torch.monitor's events carry a wall-clock datetime, and a datetime's `now()` read on an instance is a
+    # microsecond clock under no other refused name (session 32's red-teamer: every ablated call read milliseconds)
+    **dict.fromkeys(("monitor", "now", "utcnow", "today", "fromtimestamp", "utcfromtimestamp", "timestamp"),
+                    f"wall clocks: {_TELL}"),
     # a loop counting `stream.query()` until the stream drains is a clock: the ablations' own copies on the stream
     # (the isolation's, gigabytes) made it read long in ablated calls only (the protocol 6 review)
     "query": f"polling a stream's progress is a timer: {_TELL} (synchronize when you need the results)",
