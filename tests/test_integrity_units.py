@@ -703,6 +703,57 @@ def test_the_randomise_restore_gives_back_an_argument_passed_twice():
     assert torch.equal(ones, torch.tensor([7.0] * 4 + [1.0] * 4))
 
 
+def test_a_suppressed_call_gives_back_what_the_file_keeps_but_not_its_outputs():
+    """A table the file keeps between calls and hands to a launch stayed garbled for the rest of the grading after
+    one suppressed call, so an honest kernel's later calls read wrong (`dsl_reach` in the isolation that follows:
+    session 32's false-positive review). After the call its values come back, except where the outputs lie."""
+    table, out, inputs = torch.full((16,), 2.0), torch.zeros(16), torch.randn(16)
+    gate = LaunchGate(mode="suppress", protected=frozenset({inputs.untyped_storage().data_ptr()}))
+    assert not gate.should_launch((inputs, table, out))
+    assert not torch.equal(table, torch.full((16,), 2.0)) and not torch.equal(out, torch.zeros(16))
+    garbage = out.clone()
+    gate.give_back_garbled((out[:8], {"rest": out[8:]}))
+    assert torch.equal(table, torch.full((16,), 2.0))  # the kept table, as it was
+    assert torch.equal(out, garbage)  # the outputs stay garbage: that is the ablation
+
+
+def test_integer_arguments_are_redrawn_with_replacement_and_odd_dtypes_through_integer_views():
+    """A shuffle kept every count, sum and sort of an integer argument, so an honest histogram launch read as
+    idle (`dsl_unused`); drawing with replacement from the tensor's own values keeps indices in range and changes
+    those. Dtypes torch cannot fill (float4_e2m1fn_x2, unsigned 16-64-bit) made the ablations raise ("could not
+    ablate"): they are written through a signed view of the same bytes (session 32's false-positive review)."""
+    ids = torch.arange(64, dtype=torch.int32)
+    gate = LaunchGate(mode="run", randomize=True)
+    assert gate.should_launch((ids,))
+    assert not torch.equal(torch.bincount(ids, minlength=64), torch.ones(64, dtype=torch.int64))
+    assert int(ids.min()) >= 0 and int(ids.max()) < 64  # drawn from its own values: in range
+    gate.after_launch()
+    assert torch.equal(ids, torch.arange(64, dtype=torch.int32))
+    odd = [torch.arange(8, dtype=torch.uint8).view(torch.float4_e2m1fn_x2), torch.tensor([3], dtype=torch.uint32),
+           torch.tensor([5, 6], dtype=torch.uint16)]
+    for gate in (LaunchGate(mode="run", randomize=True), LaunchGate(mode="suppress")):
+        before = [t.view(torch.uint8).clone() for t in odd]
+        gate.should_launch(tuple(odd))
+        assert not gate.failures
+        if gate.mode == "run":
+            gate.after_launch()
+            assert all(torch.equal(t.view(torch.uint8), b) for t, b in zip(odd, before))
+
+
+def test_an_isolated_launch_is_fenced_by_device_synchronisations():
+    """The fill and the restore are queued on the launch's stream: work of the file's on another stream (a shared
+    expert's GEMM beside a DSL launch) read noise or was overwritten by the restore (session 32's review). The
+    gate waits for the device before the fill, and before and after the restore."""
+    calls: list[str] = []
+    block = torch.randn(64)
+    gate = LaunchGate(mode="run", isolate=True, reachable=lambda: [block.view(torch.uint8)],
+                      sync=lambda: calls.append("sync"))
+    arg = torch.zeros(4)
+    assert gate.should_launch((arg,)) and calls == ["sync"]
+    gate.after_launch()
+    assert calls == ["sync"] * 3
+
+
 def test_the_ablations_write_an_expanded_argument_s_elements_once():
     """A one-byte tensor expanded to 2^40 elements made the audit's, the randomise ablation's and the suppress
     fill's dense copies raise inside the launch, which a file caught to tell those calls apart (session 31's fourth

@@ -99,6 +99,7 @@ class LaunchGate:
     # at the start of `solve` told an audited call from the others (session 22's red-teamer). None: the CPU.
     pool: Any = None
     _restore: list[Any] = field(default_factory=list)
+    _garbled: list[Any] = field(default_factory=list)
     _isolated: list[Any] = field(default_factory=list)
     _strided: list[Any] = field(default_factory=list)
     _generators: dict[str, Any] = field(default_factory=dict)
@@ -190,6 +191,11 @@ class LaunchGate:
         for tensor in map(_writable, _tensors(args, kwargs)):
             if tensor.numel() == 0 or tensor.untyped_storage().data_ptr() in self.protected:
                 continue
+            # given back once the call has returned, unless its outputs lie there (`give_back_garbled`): a table
+            # the file keeps between calls stayed garbage for the rest of the grading, and an honest kernel read
+            # `dsl_reach` (session 32's false-positive review)
+            tensor = _computable(tensor)
+            self._garbled.append((tensor, tensor.clone()))
             gen = self._generator(tensor, "ablate")
             if tensor.is_floating_point() or tensor.is_complex():
                 tensor.copy_(torch.randn(tensor.shape, device=tensor.device, generator=gen).to(tensor.dtype))
@@ -199,6 +205,22 @@ class LaunchGate:
                 info = torch.iinfo(tensor.dtype)
                 tensor.copy_(torch.randint(max(info.min, -2**31), min(info.max, 2**31 - 1), tensor.shape,
                                            device=tensor.device, dtype=torch.int64, generator=gen).to(tensor.dtype))
+
+    def give_back_garbled(self, outputs: Any) -> None:
+        """After a suppressed call: the garbled arguments' values back, except where the call's outputs lie.
+
+        The outputs stay garbage (that is the ablation); what the file keeps between calls (a table, a scale, a
+        workspace) is as it was, so the calls after this one see what a process that was never ablated sees.
+        """
+        garbled, self._garbled = self._garbled, []
+        if not garbled:
+            return
+        kept = [_span(t) for t in _returned(outputs) if t.numel() > 0]
+        with self._aside():
+            for view, saved in reversed(garbled):
+                start, end = _span(view)
+                if not any(start < b and a < end for a, b in kept):
+                    view.copy_(saved)
 
     def after_launch(self) -> None:
         """Called by the hooks once a launch returned: give back the values of every element it did not write.
@@ -244,6 +266,10 @@ class LaunchGate:
         keeps most of the card cached cannot make the ablation inconclusive that way: the protocol 6 review).
         """
         self._give_back()  # (a route without an after-hook: the last launch's bytes first)
+        if self.sync is not None and self.reachable is not None and self.isolated >= 0:
+            # work of the file's still running on another stream reads its own inputs, which the fill is about to
+            # overwrite: an honest shared-expert GEMM beside a DSL launch read noise (session 32's review)
+            self.sync()
         if self.pinned is not None:
             try:
                 self.pinned_live = max(self.pinned_live, int(self.pinned()))
@@ -298,6 +324,7 @@ class LaunchGate:
         for tensor in map(_writable, _tensors(args, kwargs)):
             if tensor.numel() == 0:
                 continue
+            tensor = _computable(tensor)
             saved = tensor.clone()
             gen = self._generator(tensor, "ablate")
             if tensor.is_floating_point() or tensor.is_complex():
@@ -305,9 +332,14 @@ class LaunchGate:
             elif tensor.dtype == torch.bool:
                 tensor.copy_(torch.rand(tensor.shape, device=tensor.device, generator=gen) < 0.5)
             elif tensor.numel() > 1:
+                # drawn with replacement from the tensor's own values: indices stay in range, and counts, sums
+                # and sorts change too (a shuffle left an honest histogram's outputs as they were: `dsl_unused`,
+                # session 32's false-positive review); int32 positions (int64 ones took 8 GiB for a 1 GiB cache)
                 flat = tensor.reshape(-1)
-                perm = torch.randperm(flat.numel(), device=tensor.device, generator=gen)
-                tensor.copy_(flat[perm].reshape(tensor.shape))
+                index_type = torch.int32 if flat.numel() < 2**31 else torch.int64
+                picks = torch.randint(0, flat.numel(), (flat.numel(),), device=tensor.device, dtype=index_type,
+                                      generator=gen)
+                tensor.copy_(flat[picks].reshape(tensor.shape))
             else:
                 # a one-element integer (a flag or a count) moves by a small nonzero step: a red-teamer's launch
                 # that only zeroed a flag its outputs add was never randomised, so the ablation said nothing
@@ -381,6 +413,8 @@ class LaunchGate:
 
         A strided argument's elements lie inside the restored bytes: what the launch wrote there is kept.
         """
+        if self._isolated and self.sync is not None:
+            self.sync()  # the launch and any stream beside it done with the noise before it goes
         written = [(view, view.clone()) for view in self._strided]
         if self._isolated and self._pad_state is not None:
             self._pad_state[0].set_state(self._pad_state[1])  # the same pads again, in the same order
@@ -388,6 +422,8 @@ class LaunchGate:
             self._load(view, saved, masked)
         for view, values in written:
             view.copy_(values)
+        if self._isolated and self.sync is not None:
+            self.sync()  # every byte back before the file's next work, on any stream
         self._isolated, self._strided, self._isolated_pads = [], [], False
 
     def reset(self) -> None:
@@ -403,6 +439,30 @@ class LaunchGate:
         self._strided = []
         self.units = set()
         self._restore = []
+        self._garbled = []
+
+
+#: dtypes torch can draw into and compare directly; any other (float4_e2m1fn_x2, unsigned 16-64-bit, ...) is
+#: written through a signed integer view of the same element size
+_COMPUTABLE = ("float16", "bfloat16", "float32", "float64", "complex64", "complex128", "float8_e4m3fn",
+               "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "bool", "int8", "uint8", "int16", "int32",
+               "int64")
+_SIGNED = {1: "int8", 2: "int16", 4: "int32", 8: "int64"}
+
+
+def _computable(tensor: Any) -> Any:
+    """`tensor`, or a same-bytes integer view of it where torch has no random fill or arithmetic for its dtype.
+
+    An honest NVFP4 kernel handed its codes as float4_e2m1fn_x2 made the ablations' fills raise, which reads as
+    "the grader could not ablate" (session 32's false-positive review, on the CPU).
+    """
+    import torch
+
+    name = str(tensor.dtype).removeprefix("torch.")
+    if name in _COMPUTABLE:
+        return tensor
+    signed = _SIGNED.get(tensor.element_size())
+    return tensor if signed is None else tensor.view(getattr(torch, signed))
 
 
 def _context_lost(exc: BaseException, sync: Any) -> bool:
@@ -449,6 +509,18 @@ def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         if tensor is not None:
             out.append(tensor)
     return out
+
+
+def _returned(value: Any, depth: int = 0) -> list[Any]:
+    """The torch tensors in a call's outputs (a tensor, or tuples, lists and dicts of them; nothing else looked into)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if depth > 4 or type(value) not in (tuple, list, dict):
+        return []
+    items = value.values() if type(value) is dict else value
+    return [t for item in items for t in _returned(item, depth + 1)]
 
 
 def _span(tensor: Any) -> tuple[int, int]:

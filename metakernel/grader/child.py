@@ -865,11 +865,14 @@ class Child:
             events = self.guard.events if self.guard is not None else 0
             if j == focus:
                 self._focus_mode(mode, msg.get("only"))
+            out = None
             try:
                 out, seconds, launched = self._counted_bracket(draws[j])
             finally:
                 if j == focus:
                     self._focus_mode("run", None)
+                    if self.gate is not None and mode == "suppress":
+                        self.gate.give_back_garbled(out)  # what the file keeps between calls, as it was
             window_events += (self.guard.events - events) if self.guard is not None else 0
             launches.append(launched)
             each.append(seconds)

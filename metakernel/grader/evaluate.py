@@ -299,6 +299,8 @@ class Evaluation:
         self.report.phases_s["import"] = ready.get("import_s", 0.0) + ready.get("dsl_import_s", 0.0)
 
     def _fail_reply(self, reply: dict[str, Any]) -> None:
+        if reply.get("reason") != "sandbox":  # (a file that caught the gate's failure: the child's verdict stands)
+            self._gate_failure(reply)
         error = reply.get("error", "")
         status = reply.get("status", "runtime_error")
         reason = reply.get("reason") or ("illegal_address" if any(f in error for f in MEMORY_FAULTS)
@@ -603,18 +605,25 @@ class Evaluation:
         if not reply.get("ok"):
             if reply.get("reason") == "sandbox":
                 self._fail_reply(reply)
-            if reply.get("gate_failed"):  # the grader's own work failed inside a launch: never "required"
-                failed = str(reply["gate_failed"])
-                if "OutOfMemoryError" in failed:
-                    self.end("infra_error", "grader_memory",
-                             f"the grader ran out of memory ablating a {self.dsl} launch ({failed[:300]})")
-                self.end("rule_violation", "sandbox",
-                         f"the grader could not ablate a {self.dsl} launch ({failed[:300]}): pass plain tensor "
-                         "views of the dtypes the kernel computes in")
+            self._gate_failure(reply)  # the grader's own work failed inside a launch: never "required"
             if reply.get("fatal"):
                 raise _Crashed(reply.get("status", "runtime_error"))
             return None, seen, None
         return reply, seen, self.worker.outputs(reply["out"], reply["_blobs"])
+
+    def _gate_failure(self, reply: dict[str, Any]) -> None:
+        """A failure of the grader's own work inside a launch (an audit's copies, an ablation's fills) ends the grading:
+        out of memory is the machine's, anything else the file's (it made a launch argument the gate cannot copy
+        or write). The audit's calls come here too: its copies' failure read as the kernel's runtime error."""
+        failed = str(reply.get("gate_failed") or "")
+        if not failed:
+            return
+        if "OutOfMemoryError" in failed:
+            self.end("infra_error", "grader_memory",
+                     f"the grader ran out of memory auditing or ablating a {self.dsl} launch ({failed[:300]})")
+        self.end("rule_violation", "sandbox",
+                 f"the grader could not audit or ablate a {self.dsl} launch ({failed[:300]}): pass plain tensor "
+                 "views of the dtypes the kernel computes in")
 
     def _restart(self) -> None:
         if self.worker is not None:
