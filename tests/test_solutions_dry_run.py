@@ -95,6 +95,24 @@ def test_native_host_code_is_refused_by_the_check(sol, monkeypatch):
         report.agent_text()
 
 
+@pytest.mark.skipif(not HAVE_DSLS, reason="needs both DSLs")
+def test_a_library_written_at_run_time_cannot_be_loaded_in_the_sandbox(monkeypatch):
+    """The layer behind the `EnvFunc` rule: session 32's red-teamer wrote a shared library into the work dir with
+    TVM's module writer and had TVM's C++ loader `dlopen` it (no audit event), which ran native code that forged the
+    harness's clock. With the name rule lifted, the load fails: nothing the child can write is executable."""
+    from metakernel.grader import static
+    from metakernel.grader.sandbox import default_mode
+
+    if default_mode() == "none":
+        pytest.skip("no OS isolation on this machine")
+    sol = next(s for s in SOLUTIONS if s.key == "28/wrong/rt_tirx_envfunc_native_library.py")
+    monkeypatch.delitem(static.FEATURE_ATTRIBUTES, "EnvFunc")
+    report = dry_run(load_catalog().problem(sol.number), sol.dsl, sol.path)
+    assert report.status in ("compile_error", "rule_violation"), report.agent_text()
+    assert "failed to map segment" in report.message or "Operation not permitted" in report.message \
+        or "cannot" in report.message, report.agent_text()
+
+
 def test_cute_host_ops_of_the_gold_kernels_are_allowed_and_memory_ops_not():
     from metakernel.dsl.cute_host import forbidden
 

@@ -506,7 +506,7 @@ def test_load_on_dsl_and_local_values_passes() -> None:
     ("t = torch.ops.aten.add.default.py_impl", "cute"),
     ("c = tvm.contrib.nvcc", "tirx"), ("f = tvm.get_global_func('ffi.ModuleGetFunction')", "tirx"),
     ("f = tvm.tirx._ffi_api", "tirx"), ("f = tvm.ffi.get_global_func", "tirx"),
-    ("m = tvm.runtime.load_module('a.so')", "tirx"),
+    ("m = tvm.runtime.load_module('a.so')", "tirx"), ("f = tvm.ir.EnvFunc.get('ffi.ModuleWriteToFile')", "tirx"),
     ("m = tvm.runtime.Module.load_module", "tirx"), ("t = f.time_evaluator('main', tvm.cuda())", "tirx"),
     ("r = tvm.rpc.connect", "tirx"), ("c = Tx.call_extern('int32', 'system', 'x')", "tirx"),
     ("c = Tx.call_packed('f')", "tirx"), ("c = Tx.call_intrin('handle', 'tir.tvm_call_packed')", "tirx"),
@@ -555,6 +555,9 @@ def test_dsl_compile_and_jit_pass() -> None:
     # a torch.monitor event's wall-clock datetime, and `now()` read on any datetime (session 32's red-teamer)
     "h = torch.monitor.register_event_handler(seen.append)", "d = seen[0].timestamp", "t = stamp.now()",
     "t = stamp.utcnow()", "t = stamp.today()", "t = stamp.fromtimestamp(0)",
+    # torch's operator registry (a nanosecond clock: prim::TimePoint) and TorchScript from text (session 32)
+    "t = torch.ops.prim.TimePoint()", "c = torch.CompilationUnit(src)", "k = torch.classes.cuda.Event",
+    "g = torch.parse_ir(src)",
 ])
 def test_timers_seeds_allocator_and_settings_are_refused(snippet: str) -> None:
     rejected(snippet, "forbidden attribute .")

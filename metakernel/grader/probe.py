@@ -4,7 +4,8 @@
 filesystem view), and from inside it tries what an adversarial kernel would — native code can do whatever Python
 can, so these are plain reads and connects, with no audit hook in the way: the parent's memory, environment and
 command line, the eager-baseline cache, a `.env` and an experiment store next to the grader, writing outside the
-work dir, and a loopback port the parent is listening on. Tests assert every one is blocked; `.ci/run` prints it
+work dir, mapping a file it wrote executable (a library written at run time and loaded), and a loopback port the
+parent is listening on. Tests assert every one is blocked; `.ci/run` prints it
 (`python -m metakernel.grader.probe`).
 """
 
@@ -42,6 +43,19 @@ def reach(targets: dict[str, Any]) -> dict[str, str]:
         with open(path, "w") as f:
             return f.write("x")
 
+    def map_executable(folder: str) -> Any:
+        """A file written here, mapped executable: what a loader (`dlopen`) does with a library written at run time."""
+        import mmap
+
+        path = os.path.join(folder, f"mk-probe-exec-{os.getpid()}")
+        with open(path, "wb") as f:
+            f.write(b"\xc3" * mmap.PAGESIZE)
+        try:
+            with open(path, "rb") as f:
+                return mmap.mmap(f.fileno(), mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_EXEC)
+        finally:
+            os.unlink(path)
+
     def connect() -> Any:
         with socket.create_connection(("127.0.0.1", int(targets["port"])), timeout=2) as s:
             return s.getpeername()
@@ -56,6 +70,9 @@ def reach(targets: dict[str, Any]) -> dict[str, str]:
         ".env": _try(lambda: read(targets["env_file"])),
         "experiment store": _try(lambda: read(targets["store"])),
         "write outside the work dir": _try(lambda: write(targets["outside"])),
+        "run code written to the work dir": _try(lambda: map_executable(os.getcwd())),
+        "run code written to /tmp": _try(lambda: map_executable("/tmp")),
+        "run code written to /dev/shm": _try(lambda: map_executable("/dev/shm")),
         "network (loopback port the parent listens on)": _try(connect),
         "regain root": _try(lambda: os.setuid(0) if os.getuid() != 0 else _raise("still root")),
     }

@@ -36,6 +36,7 @@ CLONE_NEWNET = 0x40000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
+MS_NOEXEC, MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 8, 1024, 2048, 1 << 21
 PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 4, 38
 
 #: System folders bound read-only into the child's root (symlinks among them are recreated as symlinks).
@@ -241,6 +242,14 @@ def _bind_ro(libc: Any, root: str, path: str, writable: bool = False) -> None:
     _mount(libc, path, target, None, MS_BIND | MS_REC)
     if not writable:
         _mount(libc, None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_REC)
+        return
+    # writable, so nothing in it may be mapped executable: a file that writes a shared library there and has a
+    # C++ loader dlopen it runs native code in the child, past every audit event (session 32's red-teamer, TVM's
+    # module loader reached by name). The source mount's locked flags are kept (a user namespace must keep them).
+    held = os.statvfs(target).f_flag
+    kept = (held & (MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOATIME | MS_NODIRATIME)) | (
+        MS_RELATIME if held & 4096 else 0)  # (statvfs's ST_RELATIME is 4096)
+    _mount(libc, None, target, None, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | MS_NOEXEC | kept)
 
 
 def _limits() -> dict[str, Any]:
@@ -263,9 +272,10 @@ def _build_root(libc: Any, plan: Plan, iso: Isolation) -> None:
     """Mount namespace: an empty tmpfs root with read-only binds, fresh /tmp and /dev/shm, /proc hidepid."""
     root = plan.root
     _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)
-    _mount(libc, "tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64m")
+    # no writable place the child sees is executable (the root, /tmp, /dev/shm, its work dir): binds keep their own
+    _mount(libc, "tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=64m")
     os.makedirs(_inside(root, "/tmp"), exist_ok=True)
-    _mount(libc, "tmpfs", _inside(root, "/tmp"), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+    _mount(libc, "tmpfs", _inside(root, "/tmp"), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=1777")
     for path in sorted(plan.binds, key=len):
         try:
             _bind_ro(libc, root, path)
@@ -280,7 +290,7 @@ def _build_root(libc: Any, plan: Plan, iso: Isolation) -> None:
     os.makedirs(_inside(root, "/dev"), exist_ok=True)
     _mount(libc, "/dev", _inside(root, "/dev"), None, MS_BIND | MS_REC)
     try:
-        _mount(libc, "tmpfs", _inside(root, "/dev/shm"), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+        _mount(libc, "tmpfs", _inside(root, "/dev/shm"), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=1777")
     except SandboxError as exc:
         iso.errors.append(str(exc))
     if os.path.isdir("/sys"):
@@ -302,7 +312,7 @@ def _build_root(libc: Any, plan: Plan, iso: Isolation) -> None:
     _bind_ro(libc, root, plan.work, writable=True)
     os.chroot(root)
     os.chdir(plan.work)
-    iso.filesystem = "private (read-only system and Python, own work dir)"
+    iso.filesystem = "private (read-only system and Python, own work dir, nothing writable executable)"
 
 
 def _become_pid_namespace_init() -> None:

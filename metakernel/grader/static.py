@@ -120,6 +120,18 @@ FEATURE_ATTRIBUTES: dict[str, str] = {
     **dict.fromkeys(("Event", "elapsed_time", "perf_counter", "perf_counter_ns", "time_ns", "monotonic",
                      "monotonic_ns", "process_time", "thread_time", "clock", "clock64", "globaltimer", "Timer",
                      "benchmark"), f"timers: {_TELL}"),
+    # TVM's global function registry by name under another spelling (`tvm.ir.EnvFunc.get(name)()`): module writers
+    # and loaders, clocks and the registry's setters (session 32's red-teamer wrote a shared library with them and
+    # had TVM's C++ loader run it in the child)
+    "EnvFunc": _FFI,
+    # torch's operator registry by name (`torch.ops.prim.TimePoint()` is a nanosecond clock) and TorchScript,
+    # which compiles source text the rules never read (session 32's red-teamer)
+    **dict.fromkeys(("ops", "TimePoint", "AddStatValue"),
+                    "torch's operator registry by name (torch.ops): call torch's public functions"),
+    **dict.fromkeys(("CompilationUnit", "ScriptFunction", "ScriptModule", "ScriptObject", "parse_ir",
+                     "parse_schema", "import_ir_module", "import_ir_module_from_buffer", "StaticModule",
+                     "ThroughputBenchmark", "FileCheck", "classes", "CompiledFunction"),
+                    "TorchScript compiles source text no rule reads: only the DSL compiles"),
     # torch.monitor's events carry a wall-clock datetime, and a datetime's `now()` read on an instance is a
     # microsecond clock under no other refused name (session 32's red-teamer: every ablated call read milliseconds)
     **dict.fromkeys(("monitor", "now", "utcnow", "today", "fromtimestamp", "utcfromtimestamp", "timestamp"),
