@@ -176,6 +176,12 @@ def run_gold_validation(selection: str, *, device: str, as_json: bool, report_pa
 
     if device == "cuda" and not torch.cuda.is_available():
         raise UserError("--device cuda but torch sees no CUDA device")
+    if device == "cuda":
+        from metakernel.executor import preflight
+
+        # a machine without the DSLs graded every file a compile error, and a resumed report kept them as graded
+        # (session 32: a staging call that forgot its carried part)
+        preflight("cuda")
     catalog = load_catalog()
     # file keys ("21/correct/tirx.py") pick single files; the rest selects problems as everywhere
     items = [t for t in selection.replace(",", " ").split() if t]
