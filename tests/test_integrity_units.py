@@ -737,7 +737,7 @@ def test_integer_arguments_are_redrawn_with_replacement_and_odd_dtypes_through_i
         assert not gate.failures
         if gate.mode == "run":
             gate.after_launch()
-            assert all(torch.equal(t.view(torch.uint8), b) for t, b in zip(odd, before))
+            assert all(torch.equal(t.view(torch.uint8), b) for t, b in zip(odd, before, strict=True))
 
 
 def test_an_isolated_launch_is_fenced_by_device_synchronisations():

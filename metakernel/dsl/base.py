@@ -512,7 +512,7 @@ def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
 
 
 def _returned(value: Any, depth: int = 0) -> list[Any]:
-    """The torch tensors in a call's outputs (a tensor, or tuples, lists and dicts of them; nothing else looked into)."""
+    """The torch tensors in a call's outputs (a tensor, or tuples, lists and dicts of them; nothing else looked at)."""
     import torch
 
     if isinstance(value, torch.Tensor):

@@ -612,9 +612,11 @@ class Evaluation:
         return reply, seen, self.worker.outputs(reply["out"], reply["_blobs"])
 
     def _gate_failure(self, reply: dict[str, Any]) -> None:
-        """A failure of the grader's own work inside a launch (an audit's copies, an ablation's fills) ends the grading:
-        out of memory is the machine's, anything else the file's (it made a launch argument the gate cannot copy
-        or write). The audit's calls come here too: its copies' failure read as the kernel's runtime error."""
+        """A failure of the grader's own work inside a launch (an audit's copies, an ablation's fills) ends the grading.
+
+        Out of memory is the machine's, anything else the file's (it made a launch argument the gate cannot copy or
+        write). The audit's calls come here too: its copies' failure read as the kernel's runtime error.
+        """
         failed = str(reply.get("gate_failed") or "")
         if not failed:
             return
