@@ -443,6 +443,11 @@ def checked_build(build: Any, mod: Any, *args: Any, _problem: Any = source_probl
     return built
 
 
+#: llvm target attributes that reach LLVM's options or switch its passes on (TVM sets `mtriple` itself; `mcpu` stays:
+#: a machine's default may name it)
+LLVM_OPTION_ATTRS = ("cl-opt", "mattr")
+
+
 def confine() -> None:
     """Put the LLVM builder behind `host_problem` (idempotent). TVM looks the builder up by name for each build."""
     if CONFINEMENT.active:
@@ -456,6 +461,11 @@ def confine() -> None:
     def build_llvm(mod: Any, target: Any) -> Any:
         if state.checked_builds <= 0:
             deny("an llvm module built outside tvm.compile")
+        if any(target.attrs.get(name) for name in LLVM_OPTION_ATTRS):
+            # LLVM's own command-line options: `-x86-lvi-load-opt-plugin` dlopens a path of the file's choosing from
+            # C++ when the host code is finalised (session 32's third red-teamer); others change code generation
+            deny("LLVM command-line options or CPU features in the target (cl-opt, mattr): give the target as "
+                 "the guide does, Target({'kind': 'cuda', 'arch': 'sm_90a'})")
         kernels, state.kernels = frozenset(state.kernels), set()
         problem = check(mod, kernels)
         if problem:

@@ -320,7 +320,11 @@ class Evaluation:
         """
         assert self.worker is not None
         inputs = self.problem.make_inputs(device="meta", scale="full")
-        reply, _ = self._exchange("call", [inputs], 0, mode="intercept")
+        try:
+            reply, _ = self._exchange("call", [inputs], 0, mode="intercept")
+        except WorkerFailure as exc:  # the child died in the trace (an abort in a compiler): the file's failure
+            self.end(exc.status, exc.reason or ("timeout" if exc.status == "timeout" else "crash"),
+                     f"at the full-scale shapes (the ones the GPU runs), the process failed:\n{exc.text}")
         if not reply.get("ok"):
             error = str(reply.get("error", ""))
             if "meta" in error.lower():
