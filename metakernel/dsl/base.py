@@ -197,11 +197,7 @@ class LaunchGate:
             tensor = _computable(tensor)
             self._garbled.append((tensor, tensor.clone()))
             gen = self._generator(tensor, "ablate")
-            if tensor.is_floating_point() or tensor.is_complex():
-                tensor.copy_(torch.randn(tensor.shape, device=tensor.device, generator=gen).to(tensor.dtype))
-            elif tensor.dtype == torch.bool:
-                tensor.copy_(torch.rand(tensor.shape, device=tensor.device, generator=gen) < 0.5)
-            else:
+            if not _fill_random(tensor, gen):
                 info = torch.iinfo(tensor.dtype)
                 tensor.copy_(torch.randint(max(info.min, -2**31), min(info.max, 2**31 - 1), tensor.shape,
                                            device=tensor.device, dtype=torch.int64, generator=gen).to(tensor.dtype))
@@ -319,34 +315,14 @@ class LaunchGate:
         self._strided = [view for view, _ in strided]
 
     def _perturb(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        import torch
-
         for tensor in map(_writable, _tensors(args, kwargs)):
             if tensor.numel() == 0:
                 continue
             tensor = _computable(tensor)
             saved = tensor.clone()
             gen = self._generator(tensor, "ablate")
-            if tensor.is_floating_point() or tensor.is_complex():
-                tensor.copy_(torch.randn(tensor.shape, device=tensor.device, generator=gen).to(tensor.dtype))
-            elif tensor.dtype == torch.bool:
-                tensor.copy_(torch.rand(tensor.shape, device=tensor.device, generator=gen) < 0.5)
-            elif tensor.numel() > 1:
-                # drawn with replacement from the tensor's own values: indices stay in range, and counts, sums
-                # and sorts change too (a shuffle left an honest histogram's outputs as they were: `dsl_unused`,
-                # session 32's false-positive review); int32 positions (int64 ones took 8 GiB for a 1 GiB cache)
-                flat = tensor.reshape(-1)
-                index_type = torch.int32 if flat.numel() < 2**31 else torch.int64
-                picks = torch.randint(0, flat.numel(), (flat.numel(),), device=tensor.device, dtype=index_type,
-                                      generator=gen)
-                tensor.copy_(flat[picks].reshape(tensor.shape))
-            else:
-                # a one-element integer (a flag or a count) moves by a small nonzero step: a red-teamer's launch
-                # that only zeroed a flag its outputs add was never randomised, so the ablation said nothing
-                # below 128: no 8-bit wrap to itself; drawn on the device (a host copy waited for the GPU in
-                # randomised calls only: session 31's fourth red-teamer)
-                tensor.add_(torch.randint(1, 100, tensor.shape, device=tensor.device, dtype=tensor.dtype,
-                                          generator=gen))
+            if not _fill_random(tensor, gen):
+                _redraw_integers(tensor, gen)
             self._restore.append((tensor, saved, tensor.clone()))
             self.randomized += 1
 
@@ -369,24 +345,24 @@ class LaunchGate:
             self._pad_state = (pads, pads.get_state())
             self._isolated_pads = True
         saved = torch.empty_like(view)
-        for lo in range(0, view.numel(), PAD_BYTES):  # the pad drawn into the copy itself: no pad lies beside it
-            chunk = saved[lo:lo + PAD_BYTES]
-            torch.randint(0, 256, chunk.shape, dtype=chunk.dtype, device=chunk.device,
-                          generator=self._generator(view, "pad"), out=chunk)
-            chunk.bitwise_xor_(view[lo:lo + PAD_BYTES])
+        self._xor_pad(saved, view)
         return saved, True
 
     def _load(self, view: Any, saved: Any, masked: bool) -> None:
+        if masked:
+            self._xor_pad(view, saved)
+        else:
+            view.copy_(saved)
+
+    def _xor_pad(self, target: Any, source: Any) -> None:
+        """`target` = `source` XOR the next pad bytes, drawn into `target` itself (no pad lies beside it)."""
         import torch
 
-        if not masked:
-            view.copy_(saved)
-            return
-        for lo in range(0, view.numel(), PAD_BYTES):
-            chunk = view[lo:lo + PAD_BYTES]
+        for lo in range(0, target.numel(), PAD_BYTES):
+            chunk = target[lo:lo + PAD_BYTES]
             torch.randint(0, 256, chunk.shape, dtype=chunk.dtype, device=chunk.device,
-                          generator=self._generator(view, "pad"), out=chunk)
-            chunk.bitwise_xor_(saved[lo:lo + PAD_BYTES])
+                          generator=self._generator(target, "pad"), out=chunk)
+            chunk.bitwise_xor_(source[lo:lo + PAD_BYTES])
 
     def _generator(self, like: Any, purpose: str) -> Any:
         """One of the gate's own random generators (one per purpose and device), seeded from the OS.
@@ -448,6 +424,40 @@ _COMPUTABLE = ("float16", "bfloat16", "float32", "float64", "complex64", "comple
                "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "bool", "int8", "uint8", "int16", "int32",
                "int64")
 _SIGNED = {1: "int8", 2: "int16", 4: "int32", 8: "int64"}
+
+
+def _fill_random(tensor: Any, gen: Any) -> bool:
+    """Fresh random values for a floating, complex or bool tensor (True); False for an integer one (the caller's)."""
+    import torch
+
+    if tensor.is_floating_point() or tensor.is_complex():
+        tensor.copy_(torch.randn(tensor.shape, device=tensor.device, generator=gen).to(tensor.dtype))
+    elif tensor.dtype == torch.bool:
+        tensor.copy_(torch.rand(tensor.shape, device=tensor.device, generator=gen) < 0.5)
+    else:
+        return False
+    return True
+
+
+def _redraw_integers(tensor: Any, gen: Any) -> None:
+    """The randomise ablation's integers: values the kernel can still index with, but not the ones it was handed."""
+    import torch
+
+    if tensor.numel() > 1:
+        # drawn with replacement from the tensor's own values: indices stay in range, and counts, sums and sorts
+        # change too (a shuffle left an honest histogram's outputs as they were: `dsl_unused`, session 32's
+        # false-positive review); int32 positions (int64 ones took 8 GiB for a 1 GiB cache)
+        flat = tensor.reshape(-1)
+        index_type = torch.int32 if flat.numel() < 2**31 else torch.int64
+        picks = torch.randint(0, flat.numel(), (flat.numel(),), device=tensor.device, dtype=index_type,
+                              generator=gen)
+        tensor.copy_(flat[picks].reshape(tensor.shape))
+    else:
+        # a one-element integer (a flag or a count) moves by a small nonzero step: a red-teamer's launch that only
+        # zeroed a flag its outputs add was never randomised, so the ablation said nothing; below 128: no 8-bit wrap
+        # to itself; drawn on the device (a host copy waited for the GPU in randomised calls only: session 31's
+        # fourth red-teamer)
+        tensor.add_(torch.randint(1, 100, tensor.shape, device=tensor.device, dtype=tensor.dtype, generator=gen))
 
 
 def _computable(tensor: Any) -> Any:
