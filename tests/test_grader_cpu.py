@@ -144,6 +144,31 @@ def solve(x, b):
     exe(copy)(_SCRATCH["a"], _SCRATCH["b"])  # burns time; nobody reads b
     return y
 """,
+    # session 33's red-teamer: a probe launch tells the ablated calls apart, and solve raises there (a failure was
+    # read as "the DSL's values are required"); the answer is eager
+    "raise_on_ablation": """
+def solve(x, b):
+    seed = torch.full((4, 4), 3.0)
+    probe = torch.empty(4, 4)
+    exe(copy)(seed, probe)
+    if not bool((probe == 3.0).all()):
+        raise RuntimeError("ablated")
+    return x * 2.0 + b + 0.0 * probe[0, 0]
+""",
+    # the same tell keeping a burn counted as DSL work past the per-unit ablation
+    "burn_raise": """
+_SCRATCH = {}
+
+def solve(x, b):
+    y = torch.empty_like(x)
+    exe(axpb)(x, b, y)
+    if "a" not in _SCRATCH:
+        _SCRATCH["a"], _SCRATCH["b"] = torch.ones(64, 64), torch.empty(64, 64)
+    exe(copy)(_SCRATCH["a"], _SCRATCH["b"])
+    if not bool((_SCRATCH["b"] == 1.0).all()):
+        raise RuntimeError("ablated")
+    return y
+""",
     "tuple": """
 def solve(x, b):
     y = torch.empty_like(x)
@@ -764,6 +789,56 @@ def test_a_launch_the_outputs_do_not_depend_on_is_not_dsl_work(problem, tmp_path
         assert set(burn) == idle, (units, idle, ev.report.ablations)
         texts = sorted(ev.report.ablations.values())
         assert any("still correct" in t for t in texts) and any("required" in t for t in texts), texts
+    finally:
+        if ev.worker is not None:
+            ev.worker.close()
+
+
+def test_a_file_that_fails_when_ablated_shows_no_dependence(problem, tmp_path):
+    """A raise in an ablated call is no evidence that the outputs need the DSL's values: the position is ablated
+    in the other mode too, and failing both ways is `dsl_unused` (it was read as "required")."""
+    report = grade(problem, "tirx", _kernel(tmp_path, "raise_on_ablation"), device="cpu", options=FAST)
+    assert (report.status, report.reason) == ("rule_violation", "dsl_unused"), report.agent_text()
+    assert "no evidence" in report.message and "solve raised" in report.message, report.message
+
+
+def test_an_honest_kernel_whose_one_ablation_crashes_passes_on_the_other(problem, tmp_path, monkeypatch):
+    """Honest gathers with garbled indices can kill the process in one mode: the other mode, at the same position,
+    shows the dependence (the crashed child is restarted)."""
+    from metakernel.grader import evaluate
+
+    real = evaluate.Evaluation._quiet_call
+    modes: list[str] = []
+
+    def crash_randomised(self, inputs, mode, **extra):
+        modes.append(mode)
+        if mode == "randomize":
+            raise evaluate._Crashed("runtime_error")
+        return real(self, inputs, mode, **extra)
+
+    monkeypatch.setattr(evaluate.Evaluation, "_quiet_call", crash_randomised)
+    report = grade(problem, "tirx", _kernel(tmp_path, "correct"), device="cpu", options=FAST)
+    assert report.status == "passed", report.agent_text()
+    assert modes.count("suppress") == 4 and modes.count("randomize") == 2, modes  # each crash retried as suppress
+    assert report.ablations["randomize"].startswith("randomised: the process failed"), report.ablations
+    assert report.ablations["suppress"] == "outputs wrong: the DSL's values are required"
+
+
+def test_a_burn_that_fails_when_ablated_is_not_dsl_work(problem, tmp_path):
+    """The per-unit ablation: a burn whose file raises when the burn's values change is not thereby required."""
+    from metakernel.grader.evaluate import Evaluation
+
+    ev = Evaluation(problem, "tirx", _kernel(tmp_path, "burn_raise"), "cpu", FAST)
+    try:
+        ev.start()
+        reply, _, _ = ev.call(ev.draw())
+        units = [tuple(u) for u in reply["units"]]
+        kernels = [(name, 10.0) for unit in units for name in unit]
+        idle = ev.unit_ablation(units, kernels, {name: "dsl" for name, _ in kernels})
+        assert len(units) == 2 and len(idle) == 1, (units, idle, ev.report.ablations)
+        texts = sorted(ev.report.ablations.values())
+        assert any("solve raised" in t and "no mode showed" in t for t in texts), texts
+        assert any("its values are required" in t for t in texts), texts
     finally:
         if ev.worker is not None:
             ev.worker.close()

@@ -510,24 +510,33 @@ class Evaluation:
         return problem is None and verdict is not None and verdict.passed
 
     def ablation(self) -> None:
-        """Launches suppressed, then the launches' inputs randomised: either way the outputs must break."""
+        """Launches suppressed, then the launches' inputs randomised: either way the outputs must break.
+
+        A call that raises or kills its process is not evidence that the outputs need the DSL's values: a file can
+        fail on purpose when a probe launch tells it the call is ablated (session 33's red-teamer passed problem 28
+        with eager outputs and a one-element probe that raised there). That position is ablated again in the other
+        mode; an honest kernel whose garbled indices crash one mode shows its dependence in the other. Failing
+        both ways is `dsl_unused`: the grader has no evidence left.
+        """
         started = time.perf_counter()
         for mode, position in self.ablation_positions():
-            inputs = self.draw()
-            assert self.worker is not None
-            try:
-                reply, seen, out = self._quiet_call(inputs, mode, position=position)
-            except _Crashed as exc:
-                self.report.ablations[mode] = f"the process failed ({exc}): counts as required"
-                self._restart()
-                continue
-            if reply is None:
-                self.report.ablations[mode] = "solve raised: counts as required"
-                continue
-            if mode == "randomize" and not reply.get("randomized"):
+            outcome = self._ablated(mode, position=position)
+            if outcome == "failed":
+                failed = self.report.ablations[mode]
+                mode = "randomize" if mode == "suppress" else "suppress"
+                outcome = self._ablated(mode, position=position)
+                if outcome in ("failed", "not_randomized"):
+                    second = (self.report.ablations[mode] if outcome == "failed"
+                              else "randomised: no tensor argument to randomise")
+                    self.end("rule_violation", "dsl_unused",
+                             f"no ablated call showed that the outputs depend on the {self.dsl} kernels' values "
+                             f"({failed}; {second}): a failure is no evidence. Let solve return its outputs, "
+                             "wrong ones, when its DSL launches' results are garbage",
+                             ablation="failed in both modes")
+            if outcome == "not_randomized":
                 self.report.ablations[mode] = "no tensor argument to randomise: not conclusive"
                 continue
-            if self._still_correct(inputs, seen, out):
+            if outcome == "correct":
                 what = ("every DSL launch suppressed" if mode == "suppress"
                         else "the DSL launches' tensor arguments overwritten with random values before they ran")
                 self.end("rule_violation", "dsl_unused",
@@ -536,6 +545,26 @@ class Evaluation:
             self.report.ablations[mode] = "outputs wrong: the DSL's values are required"
         self.report.ablation = self.report.ablations.get("suppress")
         self.report.phases_s["ablation"] = time.perf_counter() - started
+
+    def _ablated(self, mode: str, label: str | None = None, **extra: Any) -> str:
+        """One ablated call on a fresh draw: "wrong", "correct", "not_randomized" or "failed" (noted under `label`).
+
+        A failure is never "required" on its own (`ablation` says why); a crashed process is restarted.
+        """
+        label = label or mode
+        inputs = self.draw()
+        try:
+            reply, seen, out = self._quiet_call(inputs, mode, **extra)
+        except _Crashed as exc:
+            self.report.ablations[label] = f"{_PAST[mode]}: the process failed ({exc}), which is not evidence"
+            self._restart()
+            return "failed"
+        if reply is None:
+            self.report.ablations[label] = f"{_PAST[mode]}: solve raised, which is not evidence"
+            return "failed"
+        if mode == "randomize" and not reply.get("randomized"):
+            return "not_randomized"
+        return "correct" if self._still_correct(inputs, seen, out) else "wrong"
 
     def ablation_positions(self) -> list[tuple[str, int]]:
         """Each position of a row once, half of them suppressed and half randomised, in a random order.
@@ -879,8 +908,9 @@ class Evaluation:
         Only where a call launches two or more compiled units (one unit is the whole-call ablation, already
         passed). Each unit alone gets its tensor arguments randomised before it runs (or, with none to randomise,
         is suppressed); outputs that stay correct mean its values were not needed: e.g. a kernel that burns time
-        on scratch memory so that the DSL's share of the GPU time looks larger. A crash or an error counts as
-        required.
+        on scratch memory so that the DSL's share of the GPU time looks larger. A crash or an error shows nothing
+        (a file can fail on purpose when it sees its unit ablated: session 33's red-teamer kept a burn counted so):
+        the other mode is tried, and a unit no mode showed required is not counted as DSL work.
         """
         dsl_time: dict[str, float] = {}
         for name, us in kernels:
@@ -894,27 +924,22 @@ class Evaluation:
         required: set[str] = set()
         for unit in units:
             label = f"unit {','.join(n[:48] for n in unit)}"
-            verdict = "required"
+            verdict = "idle"  # until a mode shows its values are needed: a failure shows nothing (`ablation`)
             for mode in ("randomize", "suppress"):
-                inputs = self.draw()
-                try:
-                    reply, seen, out = self._quiet_call(inputs, mode, only=list(unit))
-                except _Crashed as exc:
-                    self.report.ablations[label] = f"the process failed ({exc}) with it {mode}d: counts as required"
-                    self._restart()
-                    break
-                if reply is None:
-                    self.report.ablations[label] = f"solve raised with it {mode}d: counts as required"
-                    break
-                if mode == "randomize" and not reply.get("randomized"):
+                outcome = self._ablated(mode, label, only=list(unit))
+                if outcome in ("failed", "not_randomized"):
                     continue  # no tensor argument: whether it is needed at all is the suppression's question
-                if self._still_correct(inputs, seen, out):
-                    verdict = "idle"
-                    self.report.ablations[label] = (f"outputs still correct with it {mode}d: its time is not "
+                if outcome == "correct":
+                    self.report.ablations[label] = (f"outputs still correct with it {_PAST[mode]}: its time is not "
                                                     f"counted as {self.dsl} work")
                 else:
-                    self.report.ablations[label] = f"outputs wrong with it {mode}d: its values are required"
+                    verdict = "required"
+                    self.report.ablations[label] = f"outputs wrong with it {_PAST[mode]}: its values are required"
                 break
+            else:
+                self.report.ablations[label] = (f"{self.report.ablations.get(label, 'nothing to randomise')}; "
+                                                "no mode showed its values are needed: its time is not counted as "
+                                                f"{self.dsl} work")
             (idle if verdict == "idle" else required).update(unit)
         return idle - required
 
@@ -989,6 +1014,9 @@ class Evaluation:
 
 class _Crashed(Exception):
     pass
+
+
+_PAST = {"suppress": "suppressed", "randomize": "randomised"}
 
 
 def candidate_worker(problem: Problem, dsl: str, kernel: Path | None, device: str, options: GradeOptions,
