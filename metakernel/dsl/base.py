@@ -228,6 +228,8 @@ class LaunchGate:
         synchronisation: a kernel that polls its stream right after a launch saw it idle in audited and perturbed
         calls only, while the gate waited for the GPU (session 29's red-teamer ran its honest path exactly then).
         """
+        if not (self.audit or self._isolated or self._strided or self._restore):
+            return  # a plain launch: nothing to copy or give back, and no pool to enter inside the timed bracket
         last = self.audited[-1] if self.audit and self.audited else None
         if last is not None and last.after is None:  # (a launch with no tensor argument: an empty record)
             with self._aside():
