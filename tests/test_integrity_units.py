@@ -1190,3 +1190,34 @@ def test_the_gate_writes_arguments_without_moving_their_version_or_failing_on_in
         gate.after_launch()
     (grad,) = torch.autograd.grad(y, w)  # no "modified by an inplace operation"
     assert grad.shape == w.shape
+
+
+def test_the_child_synchronises_after_a_collection_runs_the_file_s_code():
+    """A generator in a reference cycle, suspended in a `try`, runs its `finally` when collected: session 33's
+    red-teamer queued seconds of GPU work there, after the outputs were exported, into the eager baseline's timing.
+    The child's collection is followed by a device-wide synchronisation, so no reply leaves the GPU busy."""
+    from metakernel.grader.child import Child
+
+    events: list[str] = []
+
+    class Bound:
+        @staticmethod
+        def sync() -> None:
+            events.append("sync")
+
+    def planted():
+        try:
+            yield
+        finally:
+            events.append("finaliser")
+
+    child = Child.__new__(Child)
+    child.b = Bound()
+    child._calls = 0
+    holder: list[Any] = []
+    gen = planted()
+    next(gen)
+    holder.extend([holder, gen])
+    del holder, gen
+    child._collect()
+    assert events == ["finaliser", "sync"], events

@@ -725,8 +725,8 @@ class Child:
         if mode == "intercept" and self.adapter is not None:
             reply["resources"] = self.adapter.resources()  # the check's table: what each kernel asks of an SM
         del out, inputs
-        self._check_clean()
         self._collect()
+        self._check_clean()  # after the collection: a finaliser it ran is judged too
         steps["collect"] = _perf()
         marks = list(steps.items())
         reply["steps_s"] = {name: at - marks[i][1] for i, (name, at) in enumerate(marks[1:])}
@@ -907,8 +907,8 @@ class Child:
             reply["inputs_after_draws"] = [[transport.pack_value(x, out_blobs) for x in d] for d in draws]
         steps["export"] = _perf()
         del outs, draws
-        self._check_clean()
         self._collect()
+        self._check_clean()  # after the collection: a finaliser it ran is judged too
         steps["collect"] = _perf()
         marks = list(steps.items())
         reply["steps_s"] = {name: at - marks[i][1] for i, (name, at) in enumerate(marks[1:])}
@@ -1015,8 +1015,8 @@ class Child:
         if self.device == "cpu":
             reply["inputs_after_draws"] = [[transport.pack_value(x, out_blobs) for x in d] for d in draws]
         del draws
-        self._check_clean()
         self._collect()
+        self._check_clean()  # after the collection: a finaliser it ran is judged too
         return reply, out_blobs
 
     def _collect(self) -> None:
@@ -1026,6 +1026,12 @@ class Child:
         DSL compiler, the compiled kernels) is then frozen out of later ones: a full collection of that heap took
         ~200 ms on the CI machine (350 k objects), a share of every timed request's cost, and after the freeze it
         scans only what the calls since allocated.
+
+        A collection can still run the file's code: a generator in a reference cycle, suspended inside a `try`,
+        runs its `finally` when collected (no `__del__` needed). Session 33's red-teamer queued seconds of GEMMs
+        there, after the outputs were exported, so the reply went out with the GPU busy, into the eager baseline's
+        timing (measured next, then cached for every later grading) or another grading's. So the device is
+        synchronised after every collection: the reply, and whatever the parent times next, find it idle.
         """
         self._calls = getattr(self, "_calls", 0) + 1
         if self._calls % 64 == 0:
@@ -1033,6 +1039,7 @@ class Child:
             _gc_freeze()
         else:
             _gc_collect(0)
+        self.b.sync()
 
     def handle(self, msg: dict[str, Any], blobs: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
         """Dispatch one request."""
