@@ -703,6 +703,35 @@ def test_running_out_of_memory_is_the_grader_s_fault_while_the_grader_holds_the_
     with pytest.raises(evaluate._Done):
         ev.end("runtime_error", "exception", oom)
     assert (ev.report.status, ev.report.reason) == ("runtime_error", "exception")
+    # the words are the file's to raise: only the allocator's own count, and a request the card could meet, count
+    monkeypatch.setattr(evaluate, "grader_gpu_bytes", lambda device: (62 << 30, 80 << 30))
+    with pytest.raises(evaluate._Done):
+        ev.end("runtime_error", "exception", oom, oom=False)
+    assert (ev.report.status, ev.report.reason) == ("runtime_error", "exception")
+    with pytest.raises(evaluate._Done):
+        ev.end("runtime_error", "exception", oom.replace("4.13 GiB", "1.00 PiB"), oom=True)
+    assert (ev.report.status, ev.report.reason) == ("runtime_error", "exception")
+    with pytest.raises(evaluate._Done):
+        ev.end("runtime_error", "exception", oom, oom=True)
+    assert (ev.report.status, ev.report.reason) == ("infra_error", "grader_memory")
+
+
+def test_a_raised_out_of_memory_message_without_the_allocator_s_count_is_the_kernel_s(problem, tmp_path, monkeypatch):
+    """The child reports whether its allocator ran out (`oom`); on this CPU there is no allocator to ask (None), so
+    the message alone decides, as before. The reply's field reaches `end`."""
+    from metakernel.grader import evaluate
+
+    body = 'def solve(x, b):\n    raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 MiB")\n'
+    seen: list = []
+    real = evaluate.Evaluation.end
+
+    def spy(self, status, reason, message="", *, oom=None, **fields):
+        seen.append(oom)
+        return real(self, status, reason, message, oom=oom, **fields)
+
+    monkeypatch.setattr(evaluate.Evaluation, "end", spy)
+    report = grade(problem, "tirx", _kernel(tmp_path, "forged_oom", body), device="cpu", options=FAST)
+    assert report.status == "runtime_error" and seen == [None], (report.agent_text(), seen)
 
 
 def test_a_child_started_ahead_that_fails_for_our_reasons_is_an_infra_error(problem, tmp_path, monkeypatch):

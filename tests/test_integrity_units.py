@@ -1221,3 +1221,18 @@ def test_the_child_synchronises_after_a_collection_runs_the_file_s_code():
     del holder, gen
     child._collect()
     assert events == ["finaliser", "sync"], events
+
+
+def test_an_expanded_launch_argument_the_gate_must_copy_is_the_file_s_failure():
+    """One element expanded to 2^29 float32s (2 GiB of elements over 4 bytes): the audit's copy would run out of
+    memory, which read as the machine's failure (`infra_error`), so a file could void its own grading. The audit
+    refuses it as its own failure on the file's argument (a ValueError: `rule_violation` in the parent); the
+    ablations write its distinct elements (`test_the_ablations_write_an_expanded_argument_s_elements_once`)."""
+    big = torch.zeros(1).expand(2**29)
+    gate = LaunchGate(mode="run", audit=True)
+    with pytest.raises(ValueError, match="expanded or overlapping"):
+        gate.should_launch((big,), names=("k",))
+    assert gate.failures and "ValueError" in gate.failures[0]
+    small = torch.zeros(1).expand(1024)  # an honest broadcast of modest size is copied as before
+    gate = LaunchGate(mode="run", audit=True)
+    assert gate.should_launch((small,), names=("k",)) and gate.audited[0].before[0].shape == (1024,)

@@ -1114,8 +1114,11 @@ def _failure(child: Child, exc: BaseException, status: str) -> dict[str, Any]:
         gate_failed = "; ".join(child.gate.failures)
         child.gate.failures.clear()
     bound = getattr(child, "b", None)  # (a failure in set-up comes before the bound callables)
+    oom = None  # whether the allocator itself ran out of memory (None: no allocator to ask)
     if bound is not None and bound.memory_stats is not None and child.guard is not None:
-        child.oom_base += max(0, child._ooms())  # an out-of-memory error that left solve is this call's failure
+        ooms = max(0, child._ooms())
+        oom = ooms > 0
+        child.oom_base += ooms  # an out-of-memory error that left solve is this call's failure
     if child.guard is not None and child.guard.violations:
         return {"ok": False, "status": "rule_violation", "reason": "sandbox",
                 "error": f"the sandbox refused: {child.guard.violations[0]} (kernels may not create processes, "
@@ -1127,7 +1130,7 @@ def _failure(child: Child, exc: BaseException, status: str) -> dict[str, Any]:
         except Exception:  # noqa: BLE001 - cleaning must never hide the error itself
             pass
     fatal = "illegal memory access" in text or "CUDA error" in text or "unspecified launch failure" in text
-    return {"ok": False, "status": status, "error": text, "fatal": fatal, "gate_failed": gate_failed}
+    return {"ok": False, "status": status, "error": text, "fatal": fatal, "gate_failed": gate_failed, "oom": oom}
 
 
 def _next_message(conn: Connection, receive: Any) -> tuple[dict[str, Any], list[bytes]] | None:

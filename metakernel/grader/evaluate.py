@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import secrets
 import statistics
 import threading
@@ -241,13 +242,20 @@ class Evaluation:
         self.timed_rows = 0
         self.eager_ahead: StartingWorker | None = None  # the eager baseline's child, started early (baselines)
 
-    def end(self, status: str, reason: str, message: str = "", **fields: Any) -> NoReturn:
+    def end(self, status: str, reason: str, message: str = "", *, oom: bool | None = None, **fields: Any) -> NoReturn:
+        """The verdict. `oom`: whether the child's allocator ran out of memory in the failed call (None: unknown).
+
+        A failure that reads as out of memory is the grader's while the grader holds much of the card, but only
+        where the allocator says it ran out (the words are the file's to raise: session 33's second red-teamer
+        voided a grading with a RuntimeError of its own) and for a request the card could ever have met.
+        """
         copy = getattr(self.worker, "path", None) if self.worker is not None else None
         if copy is not None and message:  # tracebacks name the child's copy: show the user's own file instead
             message = message.replace(str(copy), str(self.kernel))
-        if status in ("runtime_error", "timeout", "compile_error") and any(m in message for m in OUT_OF_MEMORY):
+        if (status in ("runtime_error", "timeout", "compile_error") and oom is not False
+                and any(m in message for m in OUT_OF_MEMORY)):
             held = grader_gpu_bytes(self.device)
-            if held is not None and held[0] > GRADER_MEMORY_SHARE * held[1]:
+            if held is not None and held[0] > GRADER_MEMORY_SHARE * held[1] and _requested(message) <= held[1]:
                 status, reason = "infra_error", "grader_memory"
                 message = (f"the kernel ran out of GPU memory while the grader itself held {held[0] / 2**30:.1f} of "
                            f"the GPU's {held[1] / 2**30:.0f} GiB (not the kernel's fault):\n{message}")
@@ -306,7 +314,7 @@ class Evaluation:
         reason = reply.get("reason") or ("illegal_address" if any(f in error for f in MEMORY_FAULTS)
                                          else "compile" if status == "compile_error" else "exception")
         prefix = "" if status in ("rule_violation", "wrong") else "solve raised:\n"
-        self.end(status, reason, prefix + error)
+        self.end(status, reason, prefix + error, oom=reply.get("oom"))
 
     def full_scale_trace(self) -> tuple[str, bool]:
         """`solve` at the full-scale shapes the GPU runs: (a sentence on what it covered, whether that was all).
@@ -1014,6 +1022,15 @@ class Evaluation:
 
 class _Crashed(Exception):
     pass
+
+
+_UNITS = {"B": 0, "KiB": 10, "MiB": 20, "GiB": 30, "TiB": 40, "PiB": 50, "EiB": 60}
+
+
+def _requested(message: str) -> float:
+    """The bytes torch says a failed allocation asked for ("Tried to allocate 1.00 PiB"); 0 where it does not say."""
+    found = re.search(r"Tried to allocate ([0-9.]+) ?(B|KiB|MiB|GiB|TiB|PiB|EiB)\b", message)
+    return float(found.group(1)) * 2.0 ** _UNITS[found.group(2)] if found else 0.0
 
 
 _PAST = {"suppress": "suppressed", "randomize": "randomised"}
