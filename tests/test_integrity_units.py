@@ -1223,16 +1223,22 @@ def test_the_child_synchronises_after_a_collection_runs_the_file_s_code():
     assert events == ["finaliser", "sync"], events
 
 
-def test_an_expanded_launch_argument_the_gate_must_copy_is_the_file_s_failure():
-    """One element expanded to 2^29 float32s (2 GiB of elements over 4 bytes): the audit's copy would run out of
-    memory, which read as the machine's failure (`infra_error`), so a file could void its own grading. The audit
-    refuses it as its own failure on the file's argument (a ValueError: `rule_violation` in the parent); the
-    ablations write its distinct elements (`test_the_ablations_write_an_expanded_argument_s_elements_once`)."""
-    big = torch.zeros(1).expand(2**29)
+def test_the_audit_copies_an_expanded_argument_in_the_memory_it_addresses():
+    """One element expanded to 2^40 elements: a dense audit copy ran out of memory, which read as the machine's
+    failure (`infra_error`), so a file could void its own grading. The audit copies its distinct elements and
+    expands them again; an overlapping view above 1 GiB of elements is refused as the gate's failure on the file's
+    argument (a ValueError: `rule_violation` in the parent)."""
+    big = torch.randn(1).expand(1 << 40)
     gate = LaunchGate(mode="run", audit=True)
-    with pytest.raises(ValueError, match="expanded or overlapping"):
-        gate.should_launch((big,), names=("k",))
+    assert gate.should_launch((big,), names=("k",)) and not gate.failures
+    (copy,) = gate.audited[0].before
+    assert copy.shape == big.shape and copy.untyped_storage().nbytes() == 4 and float(copy[12345]) == float(big[0])
+    weight = torch.randn(64, 32)
+    batched = weight.expand(8, 64, 32)  # an honest broadcast of a shared weight
+    gate = LaunchGate(mode="run", audit=True)
+    assert gate.should_launch((batched,), names=("k",)) and torch.equal(gate.audited[0].before[0], batched)
+    overlapping = torch.zeros((1 << 16) + (1 << 14)).as_strided((1 << 16, 1 << 14), (1, 1))  # 4 GiB of elements
+    gate = LaunchGate(mode="run", audit=True)
+    with pytest.raises(ValueError, match="overlapping"):
+        gate.should_launch((overlapping,), names=("k",))
     assert gate.failures and "ValueError" in gate.failures[0]
-    small = torch.zeros(1).expand(1024)  # an honest broadcast of modest size is copied as before
-    gate = LaunchGate(mode="run", audit=True)
-    assert gate.should_launch((small,), names=("k",)) and gate.audited[0].before[0].shape == (1024,)

@@ -128,8 +128,7 @@ class LaunchGate:
         if self.audit:
             live = _tensors(args, kwargs or {})
             with self._aside():
-                _copyable(live)
-                self.audited.append(AuditedLaunch([t.detach().clone() for t in live], unit,
+                self.audited.append(AuditedLaunch([_audit_copy(t) for t in live], unit,
                                                   [t.data_ptr() for t in live], live=live))
         if self.randomize and self.mode == "run" and targeted:
             with self._aside():
@@ -536,29 +535,32 @@ def _returned(value: Any, depth: int = 0) -> list[Any]:
     return [t for item in items for t in _returned(item, depth + 1)]
 
 
-#: Above this many bytes, a launch argument whose elements cover more than twice the memory they lie in is refused
-#: where the gate must copy it (`_copyable`).
+#: Above this many bytes of elements, an overlapping launch argument (whose distinct dimensions address the same
+#: memory) is refused by the audit (`_audit_copy`).
 EXPANDED_BYTES = 1 << 30
 
 
-def _copyable(tensors: list[Any]) -> None:
-    """Refuse an argument the audit cannot copy because the file made it large: an expanded or overlapping view.
+def _audit_copy(tensor: Any) -> Any:
+    """The audit's copy of a launch argument: its values, in no more memory than the argument addresses.
 
-    The audit copies an argument's elements, not its memory (the ablations write a strided argument's distinct
-    elements since session 31): one byte expanded to 2^40 elements ran the audit's copy out of memory, which read
-    as the machine's failure, so a file could void its own grading (`infra_error`) wherever the audit would have
-    refused it (session 33's second red-teamer). A ValueError here is the gate's failure on the file's argument:
-    `rule_violation`, never the machine's.
+    A dense copy of one byte expanded to 2^40 elements ran out of memory, which read as the machine's failure, so a
+    file could void its own grading (`infra_error`) wherever the audit would have refused it (session 33's second
+    red-teamer). An expanded view is copied as its distinct elements, expanded again (an honest broadcast of a
+    shared weight stays cheap); an overlapping view above EXPANDED_BYTES is refused: a ValueError here is the gate's
+    failure on the file's argument, `rule_violation`, never the machine's.
     """
-    for tensor in tensors:
-        logical = tensor.numel() * tensor.element_size()
-        if logical <= EXPANDED_BYTES:
-            continue
-        start, end = _span(tensor)
-        if logical > 2 * (end - start):
-            raise ValueError(f"a launch argument of {logical / 2**30:.1f} GiB over {(end - start) / 2**20:.1f} MiB "
-                             "of memory (an expanded or overlapping view): the grader copies launch arguments, so "
-                             "pass plain views")
+    if tensor.is_contiguous():
+        return tensor.detach().clone()
+    own = _distinct(tensor)
+    if own is None:
+        if tensor.numel() * tensor.element_size() > EXPANDED_BYTES:
+            raise ValueError(f"a launch argument of {tensor.numel() * tensor.element_size() / 2**30:.1f} GiB of "
+                             "elements whose dimensions address the same memory (an overlapping view): the grader "
+                             "copies launch arguments, so pass plain views")
+        return tensor.detach().clone()
+    if own.numel() < tensor.numel():
+        return own.detach().clone().expand(tensor.shape)
+    return tensor.detach().clone()
 
 
 def _span(tensor: Any) -> tuple[int, int]:

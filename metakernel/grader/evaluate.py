@@ -252,10 +252,10 @@ class Evaluation:
         copy = getattr(self.worker, "path", None) if self.worker is not None else None
         if copy is not None and message:  # tracebacks name the child's copy: show the user's own file instead
             message = message.replace(str(copy), str(self.kernel))
-        if (status in ("runtime_error", "timeout", "compile_error") and oom is not False
-                and any(m in message for m in OUT_OF_MEMORY)):
+        failed = status in ("runtime_error", "timeout", "compile_error")
+        if failed and oom is not False and self._grader_memory(message):
             held = grader_gpu_bytes(self.device)
-            if held is not None and held[0] > GRADER_MEMORY_SHARE * held[1] and _requested(message) <= held[1]:
+            if held is not None:
                 status, reason = "infra_error", "grader_memory"
                 message = (f"the kernel ran out of GPU memory while the grader itself held {held[0] / 2**30:.1f} of "
                            f"the GPU's {held[1] / 2**30:.0f} GiB (not the kernel's fault):\n{message}")
@@ -263,6 +263,13 @@ class Evaluation:
         for k, v in fields.items():
             setattr(self.report, k, v)
         raise _Done
+
+    def _grader_memory(self, message: str) -> bool:
+        """Whether `message` is an out-of-memory failure the grader's own share of the card explains."""
+        if not any(m in message for m in OUT_OF_MEMORY):
+            return False
+        held = grader_gpu_bytes(self.device)
+        return held is not None and held[0] > GRADER_MEMORY_SHARE * held[1] and _requested(message) <= held[1]
 
     # ------------------------------------------------------------------------------------------ phases
     def static(self) -> None:
@@ -647,6 +654,9 @@ class Evaluation:
             if reply.get("reason") == "sandbox":
                 self._fail_reply(reply)
             self._gate_failure(reply)  # the grader's own work failed inside a launch: never "required"
+            if reply.get("oom") and self._grader_memory(str(reply.get("error", ""))):
+                # the ablation's own copies beside a kernel near the card's limit: the machine's, not evidence
+                self.end("runtime_error", "exception", "solve raised:\n" + str(reply.get("error", "")), oom=True)
             if reply.get("fatal"):
                 raise _Crashed(reply.get("status", "runtime_error"))
             return None, seen, None
@@ -917,8 +927,8 @@ class Evaluation:
         passed). Each unit alone gets its tensor arguments randomised before it runs (or, with none to randomise,
         is suppressed); outputs that stay correct mean its values were not needed: e.g. a kernel that burns time
         on scratch memory so that the DSL's share of the GPU time looks larger. A crash or an error shows nothing
-        (a file can fail on purpose when it sees its unit ablated: session 33's red-teamer kept a burn counted so):
-        the other mode is tried, and a unit no mode showed required is not counted as DSL work.
+        (a file can fail on purpose when it sees its unit ablated), so the other mode is tried; a unit that fails both
+        ways still counts (the comment there says why).
         """
         dsl_time: dict[str, float] = {}
         for name, us in kernels:
@@ -932,22 +942,25 @@ class Evaluation:
         required: set[str] = set()
         for unit in units:
             label = f"unit {','.join(n[:48] for n in unit)}"
-            verdict = "idle"  # until a mode shows its values are needed: a failure shows nothing (`ablation`)
+            verdict = "required"  # unless a mode shows the outputs right without its values
             for mode in ("randomize", "suppress"):
                 outcome = self._ablated(mode, label, only=list(unit))
                 if outcome in ("failed", "not_randomized"):
                     continue  # no tensor argument: whether it is needed at all is the suppression's question
                 if outcome == "correct":
+                    verdict = "idle"
                     self.report.ablations[label] = (f"outputs still correct with it {_PAST[mode]}: its time is not "
                                                     f"counted as {self.dsl} work")
                 else:
-                    verdict = "required"
                     self.report.ablations[label] = f"outputs wrong with it {_PAST[mode]}: its values are required"
                 break
             else:
+                # Honest pipelines fail both ways: a unit's garbled or shifted integers (a tile schedule, an
+                # expert's offsets) send the next units out of bounds (gold 45, 50 and 51 on an H100 in session 33,
+                # refused as dsl_token and dsl_share when this read "idle"). So it counts, as before session 33; a
+                # burn that fails on purpose when ablated is docs/integrity.md hole 4's, bounded by the share rule.
                 self.report.ablations[label] = (f"{self.report.ablations.get(label, 'nothing to randomise')}; "
-                                                "no mode showed its values are needed: its time is not counted as "
-                                                f"{self.dsl} work")
+                                                "failed both ways: counted as required")
             (idle if verdict == "idle" else required).update(unit)
         return idle - required
 

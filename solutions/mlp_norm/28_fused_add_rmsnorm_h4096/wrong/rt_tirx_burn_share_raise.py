@@ -6,11 +6,13 @@ module burns GPU time copying a 256 MiB buffer of ones. After the burn `solve` r
 every call except where the burn's arguments were randomised (or the burn suppressed), and there it raises. The
 per-unit ablation counted the burn as required, its time as TIRx work, and the 50 % share passed.
 
-Now (session 33): a failure shows nothing; the burn's unit is tried in the other mode too, and a unit no mode showed
-required is not counted as DSL work (CPU: `test_a_burn_that_fails_when_ablated_is_not_dsl_work`).
+Now (session 33): a failure in an ablated call is no evidence, and the whole-call ablations ablate the burn too, so
+this file fails both ways there: `dsl_unused` (an H100 at ae6cd94). The per-unit ablation still counts a unit that
+fails both ways (honest pipelines do); a file that raises only when the burn alone is ablated (telling that from
+the whole-call ablation by the multiply's output) is docs/integrity.md hole 4's, bounded by the share rule.
 
 Category: gate_forgery
-Expected: rule_violation/dsl_share
+Expected: rule_violation/dsl_unused
 """
 
 import torch
