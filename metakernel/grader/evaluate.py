@@ -253,23 +253,24 @@ class Evaluation:
         if copy is not None and message:  # tracebacks name the child's copy: show the user's own file instead
             message = message.replace(str(copy), str(self.kernel))
         failed = status in ("runtime_error", "timeout", "compile_error")
-        if failed and oom is not False and self._grader_memory(message):
-            held = grader_gpu_bytes(self.device)
-            if held is not None:
-                status, reason = "infra_error", "grader_memory"
-                message = (f"the kernel ran out of GPU memory while the grader itself held {held[0] / 2**30:.1f} of "
-                           f"the GPU's {held[1] / 2**30:.0f} GiB (not the kernel's fault):\n{message}")
+        held = self._grader_memory(message) if failed and oom is not False else None
+        if held is not None:
+            status, reason = "infra_error", "grader_memory"
+            message = (f"the kernel ran out of GPU memory while the grader itself held {held[0] / 2**30:.1f} of "
+                       f"the GPU's {held[1] / 2**30:.0f} GiB (not the kernel's fault):\n{message}")
         self.report.status, self.report.reason, self.report.message = status, reason, message
         for k, v in fields.items():
             setattr(self.report, k, v)
         raise _Done
 
-    def _grader_memory(self, message: str) -> bool:
-        """Whether `message` is an out-of-memory failure the grader's own share of the card explains."""
+    def _grader_memory(self, message: str) -> tuple[int, int] | None:
+        """(held, total) GPU bytes where the grader's own share of the card explains the out-of-memory `message`."""
         if not any(m in message for m in OUT_OF_MEMORY):
-            return False
+            return None
         held = grader_gpu_bytes(self.device)
-        return held is not None and held[0] > GRADER_MEMORY_SHARE * held[1] and _requested(message) <= held[1]
+        if held is None or held[0] <= GRADER_MEMORY_SHARE * held[1] or _requested(message) > held[1]:
+            return None
+        return held
 
     # ------------------------------------------------------------------------------------------ phases
     def static(self) -> None:
@@ -654,9 +655,8 @@ class Evaluation:
             if reply.get("reason") == "sandbox":
                 self._fail_reply(reply)
             self._gate_failure(reply)  # the grader's own work failed inside a launch: never "required"
-            if reply.get("oom") and self._grader_memory(str(reply.get("error", ""))):
-                # the ablation's own copies beside a kernel near the card's limit: the machine's, not evidence
-                self.end("runtime_error", "exception", "solve raised:\n" + str(reply.get("error", "")), oom=True)
+            if reply.get("oom") and self._grader_memory(str(reply.get("error", ""))) is not None:
+                self._fail_reply(reply)  # the ablation's copies beside a kernel near the card's limit: the machine's
             if reply.get("fatal"):
                 raise _Crashed(reply.get("status", "runtime_error"))
             return None, seen, None
