@@ -685,53 +685,46 @@ def test_an_eager_child_that_failed_to_start_for_our_reasons_is_an_infra_error(p
 
 def test_running_out_of_memory_is_the_grader_s_fault_while_the_grader_holds_the_gpu(problem, tmp_path, monkeypatch):
     """On an 80 GB H100 gold kernels ran out of GPU memory while the grading process held 62-77 GB: that is an
-    infra_error (never charged). With the grader holding little, running out of memory stays the kernel's failure.
-    (The GPU's memory is a double here: there is none on this machine.)"""
+    infra_error (never charged). With the grader holding little, or the kernel holding and asking for more than half
+    the card, running out of memory stays the kernel's failure. Only the child allocator's own account of the failed
+    request counts (`oom`: [bytes asked, bytes held]); the message is the file's to write. (The GPU's memory is a
+    double here: there is none on this machine.)"""
     from metakernel.grader import evaluate
 
-    oom = "solve raised:\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.13 GiB."
+    words = "solve raised:\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.13 GiB."
+    fair = [int(4.13 * 2**30), 6 << 30]
     ev = evaluate.Evaluation(problem, "tirx", _kernel(tmp_path, "correct"), "cuda", FAST)
+
+    def verdict(message, oom=None, status="runtime_error"):
+        with pytest.raises(evaluate._Done):
+            ev.end(status, "exception", message, oom=oom)
+        return ev.report.status, ev.report.reason
+
     monkeypatch.setattr(evaluate, "grader_gpu_bytes", lambda device: (62 << 30, 80 << 30))
-    with pytest.raises(evaluate._Done):
-        ev.end("runtime_error", "exception", oom)
-    assert (ev.report.status, ev.report.reason) == ("infra_error", "grader_memory")
+    assert verdict(words, fair) == ("infra_error", "grader_memory")
     assert "62.0 of the GPU's 80 GiB" in ev.report.message and "4.13 GiB" in ev.report.message
-    with pytest.raises(evaluate._Done):
-        ev.end("runtime_error", "exception", "solve raised:\nValueError: shapes")  # not memory: the kernel's
-    assert ev.report.status == "runtime_error"
+    assert verdict("solve raised:\nValueError: shapes", fair) == ("infra_error", "grader_memory")  # (its own words)
+    assert verdict(words) == ("runtime_error", "exception")  # words without the allocator's account: the file's
+    assert verdict(words, [1 << 30, 40 << 30]) == ("runtime_error", "exception")  # it held half the card itself
+    assert verdict(words, [41 << 30, 0]) == ("runtime_error", "exception")  # it asked for more than half
+    assert verdict(words, fair, status="rule_violation") == ("rule_violation", "exception")
     monkeypatch.setattr(evaluate, "grader_gpu_bytes", lambda device: (3 << 30, 80 << 30))
-    with pytest.raises(evaluate._Done):
-        ev.end("runtime_error", "exception", oom)
-    assert (ev.report.status, ev.report.reason) == ("runtime_error", "exception")
-    # the words are the file's to raise: only the allocator's own count, and a request the card could meet, count
-    monkeypatch.setattr(evaluate, "grader_gpu_bytes", lambda device: (62 << 30, 80 << 30))
-    with pytest.raises(evaluate._Done):
-        ev.end("runtime_error", "exception", oom, oom=False)
-    assert (ev.report.status, ev.report.reason) == ("runtime_error", "exception")
-    with pytest.raises(evaluate._Done):
-        ev.end("runtime_error", "exception", oom.replace("4.13 GiB", "1.00 PiB"), oom=True)
-    assert (ev.report.status, ev.report.reason) == ("runtime_error", "exception")
-    with pytest.raises(evaluate._Done):
-        ev.end("runtime_error", "exception", oom, oom=True)
-    assert (ev.report.status, ev.report.reason) == ("infra_error", "grader_memory")
+    assert verdict(words, fair) == ("runtime_error", "exception")  # the grader held little: the kernel's
 
 
-def test_a_raised_out_of_memory_message_without_the_allocator_s_count_is_the_kernel_s(problem, tmp_path, monkeypatch):
-    """The child reports whether its allocator ran out (`oom`); on this CPU there is no allocator to ask (None), so
-    the message alone decides, as before. The reply's field reaches `end`."""
+def test_a_file_s_own_out_of_memory_words_are_the_kernel_s_failure(problem, tmp_path, monkeypatch):
+    """A file that raises the allocator's words itself (session 33's second red-teamer), at import or in solve,
+    while the grader holds most of the card, is charged for it: no allocator ran out (`oom` is None in the reply)."""
     from metakernel.grader import evaluate
 
-    body = 'def solve(x, b):\n    raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 MiB")\n'
-    seen: list = []
-    real = evaluate.Evaluation.end
-
-    def spy(self, status, reason, message="", *, oom=None, **fields):
-        seen.append(oom)
-        return real(self, status, reason, message, oom=oom, **fields)
-
-    monkeypatch.setattr(evaluate.Evaluation, "end", spy)
-    report = grade(problem, "tirx", _kernel(tmp_path, "forged_oom", body), device="cpu", options=FAST)
-    assert report.status == "runtime_error" and seen == [None], (report.agent_text(), seen)
+    monkeypatch.setattr(evaluate, "grader_gpu_bytes", lambda device: (62 << 30, 80 << 30))
+    words = 'RuntimeError("CUDA out of memory. Tried to allocate 2.00 MiB")'
+    in_solve = grade(problem, "tirx", _kernel(tmp_path, "forged_oom", f"def solve(x, b):\n    raise {words}\n"),
+                     device="cpu", options=FAST)
+    assert (in_solve.status, in_solve.reason) == ("runtime_error", "exception"), in_solve.agent_text()
+    body = f"raise {words}\n\n\ndef solve(x, b):\n    return x\n"
+    at_import = grade(problem, "tirx", _kernel(tmp_path, "forged_oom_import", body), device="cpu", options=FAST)
+    assert at_import.status == "compile_error" and "out of memory" in at_import.message, at_import.agent_text()
 
 
 def test_a_child_started_ahead_that_fails_for_our_reasons_is_an_infra_error(problem, tmp_path, monkeypatch):
@@ -774,7 +767,7 @@ def test_a_child_started_ahead_that_ran_out_of_gpu_memory_is_started_again_alone
     assert freed_first == [True]
 
     def always(self):
-        raise worker.WorkerFailure("compile_error", "torch.AcceleratorError: CUDA error: out of memory")
+        raise worker.WorkerFailure("compile_error", "torch.OutOfMemoryError: CUDA out of memory", oom=[1 << 30, 0])
 
     monkeypatch.setattr(worker.Worker, "start", always)
     monkeypatch.setattr(evaluate, "grader_gpu_bytes", lambda device: None)  # no GPU held: the kernel's own doing

@@ -142,3 +142,20 @@ def test_a_caught_out_of_memory_error_is_counted_as_the_file_s():
     assert Child._ooms(child) == 1  # type: ignore[arg-type]
     child.gate.own_ooms = 1
     assert Child._ooms(child) == 0  # type: ignore[arg-type]
+
+
+def test_the_allocator_s_own_account_of_a_failed_request_reaches_the_child():
+    """What the parent judges an out-of-memory failure by (`Evaluation.end`): the request and the bytes held, from
+    the caching allocator's observer, not from the message."""
+    from types import SimpleNamespace
+
+    from metakernel.grader.child import Child
+
+    child = SimpleNamespace(oom_seen=[])
+    torch._C._cuda_attach_out_of_memory_observer(lambda *a: Child._out_of_memory(child, *a))  # type: ignore[arg-type]
+    held = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+    try:
+        torch.empty(1 << 50, dtype=torch.uint8, device="cuda")
+    except torch.OutOfMemoryError:
+        pass
+    assert child.oom_seen and child.oom_seen[-1][0] >= 1 << 50 and child.oom_seen[-1][1] >= held.nbytes

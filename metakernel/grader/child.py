@@ -456,6 +456,7 @@ class Child:
         self.arena_out: Any = None
         self.pinned_base = 0
         self.oom_base = 0
+        self.oom_seen: list[tuple[int, int]] = []  # (bytes asked, bytes the allocator held): its failures, in order
 
     # -------------------------------------------------------------------------------------------- set-up
     def setup(self) -> dict[str, Any]:
@@ -491,6 +492,9 @@ class Child:
                 self.adapter.confine()
             info["dsl_import_s"] = _perf() - started
         self.b = Bound(torch, self.device)
+        observe = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None) if self.device == "cuda" else None
+        if observe is not None:  # the allocator's own account of a failed request (`_failure`), not the file's words
+            observe(self._out_of_memory)
         if self.gate is not None and self.b.host_stats is not None:
             self.gate.pinned = self._pinned
         if self.gate is not None and self.device == "cuda":  # half the card (gold files: 20 GiB at most, on an H100)
@@ -565,6 +569,10 @@ class Child:
             raise _Fail("rule_violation", "solve caught an out-of-memory error: a failed allocation empties the "
                         "allocator's cache (empty_cache under another name) and steers where the next one lands; "
                         "size what you allocate to the card instead", "sandbox")
+
+    def _out_of_memory(self, device: int, requested: int, allocated: int, free: int) -> None:
+        """The caching allocator's observer, called as it gives up on a request (nothing here may allocate)."""
+        self.oom_seen.append((int(requested), int(allocated)))
 
     def _ooms(self) -> int:
         """Out-of-memory errors since the file's import that were not the gate's own copies'.
@@ -1044,6 +1052,7 @@ class Child:
     def handle(self, msg: dict[str, Any], blobs: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
         """Dispatch one request."""
         op = msg.get("op")
+        self.oom_seen.clear()  # (an earlier request's failures are that request's)
         if op in ("call", "time"):
             return self.call(msg, blobs)
         if op == "profile":
@@ -1114,11 +1123,15 @@ def _failure(child: Child, exc: BaseException, status: str) -> dict[str, Any]:
         gate_failed = "; ".join(child.gate.failures)
         child.gate.failures.clear()
     bound = getattr(child, "b", None)  # (a failure in set-up comes before the bound callables)
-    oom = None  # whether the allocator itself ran out of memory (None: no allocator to ask)
+    # [bytes asked, bytes the allocator held] of the allocator's last failure in this call, where it ran out: the
+    # parent judges whose fault that was from these, never from the message (the words are the file's to raise)
+    oom = None
     if bound is not None and bound.memory_stats is not None and child.guard is not None:
         ooms = max(0, child._ooms())
-        oom = ooms > 0
+        if ooms > 0 and child.oom_seen:
+            oom = list(child.oom_seen[-1])
         child.oom_base += ooms  # an out-of-memory error that left solve is this call's failure
+    child.oom_seen.clear()
     if child.guard is not None and child.guard.violations:
         return {"ok": False, "status": "rule_violation", "reason": "sandbox",
                 "error": f"the sandbox refused: {child.guard.violations[0]} (kernels may not create processes, "

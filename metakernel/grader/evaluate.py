@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import secrets
 import statistics
 import threading
@@ -201,6 +200,9 @@ OUT_OF_MEMORY = ("OutOfMemoryError", "out of memory")
 #: parent held 62-77 GB (validation/h100-gold-682b56c.json). Above it the card is too small for the grader's copies
 #: of that problem, and the failure costs the candidate nothing.
 GRADER_MEMORY_SHARE = 0.25
+#: ... but not where the kernel's own process held and asked for more than this share of the card: half is the room
+#: the launch gate's copies assume (`Child.setup`), twice what the largest gold file needs on an 80 GB H100.
+KERNEL_MEMORY_SHARE = 0.5
 
 
 #: The eager baseline's child is started ahead (`Evaluation.start_baseline_ahead`) only while its arenas, held by
@@ -242,34 +244,41 @@ class Evaluation:
         self.timed_rows = 0
         self.eager_ahead: StartingWorker | None = None  # the eager baseline's child, started early (baselines)
 
-    def end(self, status: str, reason: str, message: str = "", *, oom: bool | None = None, **fields: Any) -> NoReturn:
-        """The verdict. `oom`: whether the child's allocator ran out of memory in the failed call (None: unknown).
+    def end(self, status: str, reason: str, message: str = "", *, oom: list[int] | None = None,
+            **fields: Any) -> NoReturn:
+        """The verdict. `oom`: [bytes asked, bytes held] of the child allocator's failure that ended the call.
 
-        A failure that reads as out of memory is the grader's while the grader holds much of the card, but only
-        where the allocator says it ran out (the words are the file's to raise: session 33's second red-teamer
-        voided a grading with a RuntimeError of its own) and for a request the card could ever have met.
+        A failure in which the allocator ran out is the grader's while the grader holds much of the card and the
+        kernel kept to its share. Only the allocator's own account counts: the words are the file's to raise
+        (session 33's second red-teamer voided a grading with a RuntimeError of its own), and so is any size a
+        message names.
         """
         copy = getattr(self.worker, "path", None) if self.worker is not None else None
         if copy is not None and message:  # tracebacks name the child's copy: show the user's own file instead
             message = message.replace(str(copy), str(self.kernel))
         failed = status in ("runtime_error", "timeout", "compile_error")
-        held = self._grader_memory(message) if failed and oom is not False else None
-        if held is not None:
+        held = self._grader_memory(oom) if failed else None
+        if held is not None and oom:
             status, reason = "infra_error", "grader_memory"
-            message = (f"the kernel ran out of GPU memory while the grader itself held {held[0] / 2**30:.1f} of "
-                       f"the GPU's {held[1] / 2**30:.0f} GiB (not the kernel's fault):\n{message}")
+            message = (f"the kernel's request for {oom[0] / 2**30:.2f} GiB (its process held "
+                       f"{oom[1] / 2**30:.1f} GiB) found no GPU memory while the grader itself held "
+                       f"{held[0] / 2**30:.1f} of the GPU's {held[1] / 2**30:.0f} GiB (not the kernel's "
+                       f"fault):\n{message}")
         self.report.status, self.report.reason, self.report.message = status, reason, message
         for k, v in fields.items():
             setattr(self.report, k, v)
         raise _Done
 
-    def _grader_memory(self, message: str) -> tuple[int, int] | None:
-        """(held, total) GPU bytes where the grader's own share of the card explains the out-of-memory `message`."""
-        if not any(m in message for m in OUT_OF_MEMORY):
+    def _grader_memory(self, oom: list[int] | None) -> tuple[int, int] | None:
+        """(held, total) GPU bytes where the grader's own share of the card explains the allocator's failure `oom`."""
+        if not oom:
             return None
         held = grader_gpu_bytes(self.device)
-        if held is None or held[0] <= GRADER_MEMORY_SHARE * held[1] or _requested(message) > held[1]:
+        if held is None or held[0] <= GRADER_MEMORY_SHARE * held[1]:
             return None
+        requested, allocated = int(oom[0]), int(oom[1])
+        if requested + allocated > KERNEL_MEMORY_SHARE * held[1]:
+            return None  # the kernel's own appetite
         return held
 
     # ------------------------------------------------------------------------------------------ phases
@@ -309,7 +318,7 @@ class Evaluation:
             if exc.status == "rule_violation":
                 self.end("rule_violation", exc.reason or "sandbox", exc.text)
             self.end(exc.status, "compile" if exc.status == "compile_error" else "import",
-                     f"importing {self.kernel.name} failed:\n{exc.text}")
+                     f"importing {self.kernel.name} failed:\n{exc.text}", oom=exc.oom)
         assert self.worker is not None
         self.report.isolation = self.worker.isolation
         self.report.phases_s["import"] = ready.get("import_s", 0.0) + ready.get("dsl_import_s", 0.0)
@@ -655,7 +664,7 @@ class Evaluation:
             if reply.get("reason") == "sandbox":
                 self._fail_reply(reply)
             self._gate_failure(reply)  # the grader's own work failed inside a launch: never "required"
-            if reply.get("oom") and self._grader_memory(str(reply.get("error", ""))) is not None:
+            if self._grader_memory(reply.get("oom")) is not None:
                 self._fail_reply(reply)  # the ablation's copies beside a kernel near the card's limit: the machine's
             if reply.get("fatal"):
                 raise _Crashed(reply.get("status", "runtime_error"))
@@ -1035,15 +1044,6 @@ class Evaluation:
 
 class _Crashed(Exception):
     pass
-
-
-_UNITS = {"B": 0, "KiB": 10, "MiB": 20, "GiB": 30, "TiB": 40, "PiB": 50, "EiB": 60}
-
-
-def _requested(message: str) -> float:
-    """The bytes torch says a failed allocation asked for ("Tried to allocate 1.00 PiB"); 0 where it does not say."""
-    found = re.search(r"Tried to allocate ([0-9.]+) ?(B|KiB|MiB|GiB|TiB|PiB|EiB)\b", message)
-    return float(found.group(1)) * 2.0 ** _UNITS[found.group(2)] if found else 0.0
 
 
 _PAST = {"suppress": "suppressed", "randomize": "randomised"}

@@ -40,11 +40,12 @@ _PROTECTED = False
 class WorkerFailure(Exception):
     """The child failed in a way that ends this evaluation."""
 
-    def __init__(self, status: str, text: str, reason: str = "") -> None:
+    def __init__(self, status: str, text: str, reason: str = "", oom: list[int] | None = None) -> None:
         super().__init__(text)
         self.status = status
         self.text = text
         self.reason = reason
+        self.oom = oom  # the child allocator's account of the failed request that ended it (`Evaluation.end`)
 
 
 @contextlib.contextmanager
@@ -167,7 +168,7 @@ class Worker:
         if not reply.get("ok"):
             self.close()
             raise WorkerFailure(reply.get("status", "compile_error"), reply.get("error", ""),
-                                reply.get("reason", ""))
+                                reply.get("reason", ""), reply.get("oom"))
         return reply
 
     def _copy_source(self) -> None:
