@@ -8,10 +8,14 @@ what is exercised is the grader's machinery, with the DSL compiler and launches 
 from __future__ import annotations
 
 import importlib.util
+import os
+import subprocess
+import sys
 import textwrap
 import time
 import types
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -710,6 +714,58 @@ def test_running_out_of_memory_is_the_grader_s_fault_while_the_grader_holds_the_
     assert verdict(words, fair, status="rule_violation") == ("rule_violation", "exception")
     monkeypatch.setattr(evaluate, "grader_gpu_bytes", lambda device: (3 << 30, 80 << 30))
     assert verdict(words, fair) == ("runtime_error", "exception")  # the grader held little: the kernel's
+
+
+def test_where_the_driver_reports_the_kernel_s_process_its_whole_use_decides(problem, tmp_path, monkeypatch):
+    """With NVML's per-process account of the child's tree (every allocator, not only torch's): a kernel within half
+    the card whose small request failed ran out beside someone else's memory (another grading's child held 47 GB
+    when gold 51 TIRx ran out on an H100), the machine's fault even where the grader itself held little; one whose
+    process used more than half (a TVM allocation, say) is charged. (NVML and the GPU are doubles here.)"""
+    from metakernel.grader import evaluate
+
+    ev = evaluate.Evaluation(problem, "tirx", _kernel(tmp_path, "correct"), "cuda", FAST)
+    monkeypatch.setattr(evaluate, "grader_gpu_bytes", lambda device: (3 << 30, 80 << 30))
+    small = [int(1.49 * 2**30), 25 << 20]
+    for tree, expected in ((1 << 30, ("infra_error", "grader_memory")), (45 << 30, ("runtime_error", "exception")),
+                           (None, ("runtime_error", "exception"))):
+        monkeypatch.setattr(evaluate, "tree_gpu_bytes", lambda pid, tree=tree: tree)
+        with pytest.raises(evaluate._Done):
+            ev.end("runtime_error", "exception", "solve raised: ...", oom=small)
+        assert (ev.report.status, ev.report.reason) == expected, (tree, ev.report.message)
+
+
+def test_a_kernel_that_fills_the_card_is_charged_for_the_grader_s_own_failure(problem, tmp_path, monkeypatch):
+    """A file that holds most of the card makes the grader's next allocation fail: that read infra_error/harness
+    (never charged). Where the driver shows the child's tree above half the card it is the kernel's."""
+    from metakernel.grader import evaluate
+
+    ev = evaluate.Evaluation(problem, "tirx", _kernel(tmp_path, "correct"), "cuda", FAST)
+    ev.worker = SimpleNamespace(proc=SimpleNamespace(pid=os.getpid(), poll=lambda: None))  # type: ignore[assignment]
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (1 << 30, 80 << 30))
+    oom = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.13 GiB")
+    monkeypatch.setattr(evaluate, "tree_gpu_bytes", lambda pid: 60 << 30)
+    assert "60.0 of the GPU's 80 GiB" in (ev.kernel_held_the_card(oom) or "")
+    assert ev.kernel_held_the_card(ValueError("shapes")) is None  # only the grader's out-of-memory errors
+    monkeypatch.setattr(evaluate, "tree_gpu_bytes", lambda pid: 10 << 30)
+    assert ev.kernel_held_the_card(oom) is None
+    monkeypatch.setattr(evaluate, "tree_gpu_bytes", lambda pid: None)
+    assert ev.kernel_held_the_card(oom) is None  # no driver account: the grader's, as before
+
+
+def test_a_process_tree_is_found_through_proc():
+    """The child in its own pid namespace runs the kernel in a forked grandchild: NVML lists that one."""
+    from metakernel.grader.evaluate import process_tree
+
+    parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
+                               "p = subprocess.Popen(['sleep', '30']); print(p.pid, flush=True); time.sleep(30)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        grandchild = int(parent.stdout.readline())  # type: ignore[union-attr]
+        assert {parent.pid, grandchild} <= process_tree(parent.pid)
+    finally:
+        subprocess.run(["pkill", "-P", str(parent.pid)], check=False)
+        parent.kill()
+        parent.wait()
 
 
 def test_a_file_s_own_out_of_memory_words_are_the_kernel_s_failure(problem, tmp_path, monkeypatch):

@@ -159,3 +159,22 @@ def test_the_allocator_s_own_account_of_a_failed_request_reaches_the_child():
     except torch.OutOfMemoryError:
         pass
     assert child.oom_seen and child.oom_seen[-1][0] >= 1 << 50 and child.oom_seen[-1][1] >= held.nbytes
+
+
+def test_the_driver_reports_a_process_s_gpu_memory_through_every_allocator():
+    """`tree_gpu_bytes`: what the grader credits a kernel's process with when the card ran full (NVML)."""
+    import subprocess
+    import sys
+
+    from metakernel.grader.evaluate import tree_gpu_bytes
+
+    code = ("import time, torch; x = torch.empty(1 << 30, dtype=torch.uint8, device='cuda'); x.fill_(1); "
+            "torch.cuda.synchronize(); print('held', flush=True); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+        used = tree_gpu_bytes(proc.pid)
+        assert used is not None and used >= 1 << 30, used
+    finally:
+        proc.kill()
+        proc.wait()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import secrets
 import statistics
 import threading
@@ -219,6 +220,43 @@ def grader_gpu_bytes(device: str) -> tuple[int, int] | None:
     return torch.cuda.memory_reserved(), torch.cuda.mem_get_info()[1]
 
 
+def process_tree(pid: int) -> set[int]:
+    """`pid` and its descendants (a child in its own pid namespace runs the kernel in a forked grandchild)."""
+    found, todo = set(), [pid]
+    while todo:
+        current = todo.pop()
+        if current in found:
+            continue
+        found.add(current)
+        try:
+            for task in os.listdir(f"/proc/{current}/task"):
+                with open(f"/proc/{current}/task/{task}/children") as handle:
+                    todo.extend(int(p) for p in handle.read().split())
+        except (OSError, ValueError):
+            pass
+    return found
+
+
+def tree_gpu_bytes(pid: int | None) -> int | None:
+    """Device bytes the driver says `pid`'s process tree uses, through every allocator (torch's, TVM's, CuTe's).
+
+    None where that cannot be known: no NVML, no live process, or none of the tree among the GPU's processes (a
+    pid namespace the driver does not report in): then nobody is credited with memory the driver did not show.
+    """
+    if pid is None or not torch.cuda.is_available():
+        return None
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+        used = {p.pid: int(p.usedGpuMemory or 0) for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)}
+    except Exception:  # noqa: BLE001 - NVML is a help here, never a reason to fail a grading
+        return None
+    tree = process_tree(pid) & set(used)
+    return sum(used[p] for p in tree) if tree else None
+
+
 class Evaluation:
     """One grading run; methods are the phases, each may end it by raising `_Done`."""
 
@@ -248,38 +286,71 @@ class Evaluation:
             **fields: Any) -> NoReturn:
         """The verdict. `oom`: [bytes asked, bytes held] of the child allocator's failure that ended the call.
 
-        A failure in which the allocator ran out is the grader's while the grader holds much of the card and the
-        kernel kept to its share. Only the allocator's own account counts: the words are the file's to raise
-        (session 33's second red-teamer voided a grading with a RuntimeError of its own), and so is any size a
-        message names.
+        A failure in which the allocator ran out is the machine's where the kernel kept to its share of the card
+        and others filled it (`_grader_memory`). Only the allocator's own account counts: the words are the file's
+        to raise (session 33's second red-teamer voided a grading with a RuntimeError of its own), and so is any
+        size a message names.
         """
         copy = getattr(self.worker, "path", None) if self.worker is not None else None
         if copy is not None and message:  # tracebacks name the child's copy: show the user's own file instead
             message = message.replace(str(copy), str(self.kernel))
         failed = status in ("runtime_error", "timeout", "compile_error")
-        held = self._grader_memory(oom) if failed else None
-        if held is not None and oom:
+        crowded = self._grader_memory(oom) if failed else None
+        if crowded is not None:
             status, reason = "infra_error", "grader_memory"
-            message = (f"the kernel's request for {oom[0] / 2**30:.2f} GiB (its process held "
-                       f"{oom[1] / 2**30:.1f} GiB) found no GPU memory while the grader itself held "
-                       f"{held[0] / 2**30:.1f} of the GPU's {held[1] / 2**30:.0f} GiB (not the kernel's "
-                       f"fault):\n{message}")
+            message = f"{crowded} (not the kernel's fault):\n{message}"
         self.report.status, self.report.reason, self.report.message = status, reason, message
         for k, v in fields.items():
             setattr(self.report, k, v)
         raise _Done
 
-    def _grader_memory(self, oom: list[int] | None) -> tuple[int, int] | None:
-        """(held, total) GPU bytes where the grader's own share of the card explains the allocator's failure `oom`."""
+    def _grader_memory(self, oom: list[int] | None) -> str | None:
+        """Why the allocator's failure `oom` is the machine's, or None where it is the kernel's.
+
+        The kernel's own appetite is its request plus what its allocator held, and, where the driver reports it,
+        everything its process tree used through any allocator (a file holding the card through TVM's allocator
+        and then failing a small torch request is charged). Within half the card, the crowd was someone else's:
+        the grader's, another grading's beside it (on an H100, gold 51 TIRx ran out beside a lane's child holding
+        47 GB), or the machine's. Where the driver says nothing, the grader's own share must explain it.
+        """
         if not oom:
             return None
         held = grader_gpu_bytes(self.device)
-        if held is None or held[0] <= GRADER_MEMORY_SHARE * held[1]:
+        if held is None:
             return None
         requested, allocated = int(oom[0]), int(oom[1])
-        if requested + allocated > KERNEL_MEMORY_SHARE * held[1]:
-            return None  # the kernel's own appetite
-        return held
+        half = KERNEL_MEMORY_SHARE * held[1]
+        if requested + allocated > half:
+            return None
+        proc = getattr(self.worker, "proc", None) if self.worker is not None else None
+        tree = tree_gpu_bytes(proc.pid if proc is not None and proc.poll() is None else None)
+        asked = f"the kernel's request for {requested / 2**30:.2f} GiB found no GPU memory"
+        if tree is not None:
+            if tree + requested > half:
+                return None
+            return (f"{asked} while its process used {tree / 2**30:.1f} of the GPU's {held[1] / 2**30:.0f} GiB "
+                    f"and the grader held {held[0] / 2**30:.1f}")
+        if held[0] <= GRADER_MEMORY_SHARE * held[1]:
+            return None
+        return (f"{asked} (its allocator held {allocated / 2**30:.1f} GiB) while the grader itself held "
+                f"{held[0] / 2**30:.1f} of the GPU's {held[1] / 2**30:.0f} GiB")
+
+    def kernel_held_the_card(self, exc: BaseException) -> str | None:
+        """Why the grader's own out-of-memory error `exc` is the kernel's doing, or None.
+
+        A file that fills the card (at import, or in a call through any allocator) makes the grader's next
+        allocation fail: that was an infra_error (never charged). Where the driver reports the child's process tree
+        above half the card, it is the kernel's.
+        """
+        if type(exc).__name__ != "OutOfMemoryError" or self.worker is None:
+            return None
+        proc = getattr(self.worker, "proc", None)
+        tree = tree_gpu_bytes(proc.pid if proc is not None and proc.poll() is None else None)
+        total = torch.cuda.mem_get_info()[1] if tree is not None else 0
+        if tree is None or tree <= KERNEL_MEMORY_SHARE * total:
+            return None
+        return (f"the kernel's process used {tree / 2**30:.1f} of the GPU's {total / 2**30:.0f} GiB, more than "
+                "half, and the grader could not allocate its own copies: keep a kernel's memory to what it needs")
 
     # ------------------------------------------------------------------------------------------ phases
     def static(self) -> None:
@@ -1171,9 +1242,13 @@ def grade(problem: Problem, dsl: str, kernel: Path, device: str = "cuda", option
     except WorkerFailure as exc:
         ev.report.status, ev.report.reason, ev.report.message = exc.status, exc.reason or "worker", exc.text
     except Exception as exc:  # noqa: BLE001 - a bug of ours: infra_error (never charged), not a crashed experiment
-        ev.report.status, ev.report.reason = "infra_error", "harness"
-        ev.report.message = "the grader failed (not the kernel's fault):\n" + "".join(
-            traceback.format_exception(exc, limit=-4)).rstrip()
+        hog = ev.kernel_held_the_card(exc)
+        if hog is not None:
+            ev.report.status, ev.report.reason, ev.report.message = "runtime_error", "memory", hog
+        else:
+            ev.report.status, ev.report.reason = "infra_error", "harness"
+            ev.report.message = "the grader failed (not the kernel's fault):\n" + "".join(
+                traceback.format_exception(exc, limit=-4)).rstrip()
     finally:
         if prestarted is not None:
             prestarted.discard()
