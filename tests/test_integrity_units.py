@@ -1163,7 +1163,7 @@ def test_the_child_ends_a_grading_whose_file_caught_the_gate_s_failure():
 
     gate = LaunchGate(mode="run")
     gate.failures.append("OutOfMemoryError: the audit's copy")
-    child = SimpleNamespace(b=Bound(torch, "cpu"), guard=None, gate=gate, adapter=None)
+    child = SimpleNamespace(b=Bound(torch, "cpu"), guard=None, gate=gate, adapter=None, oom_seen=[])
     with pytest.raises(_Fail) as caught:
         Child._check_clean(child)  # type: ignore[arg-type]
     assert caught.value.status == "rule_violation" and "caught an error of the grader's own work" in caught.value.text
