@@ -1052,7 +1052,7 @@ class Child:
     def handle(self, msg: dict[str, Any], blobs: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
         """Dispatch one request."""
         op = msg.get("op")
-        self.oom_seen.clear()  # (an earlier request's failures are that request's)
+        self.oom_seen.clear()  # (an earlier request's failures are that request's: `_failure` reads this one's)
         if op in ("call", "time"):
             return self.call(msg, blobs)
         if op == "profile":
@@ -1131,7 +1131,6 @@ def _failure(child: Child, exc: BaseException, status: str) -> dict[str, Any]:
         if ooms > 0 and child.oom_seen:
             oom = list(child.oom_seen[-1])
         child.oom_base += ooms  # an out-of-memory error that left solve is this call's failure
-    child.oom_seen.clear()
     if child.guard is not None and child.guard.violations:
         return {"ok": False, "status": "rule_violation", "reason": "sandbox",
                 "error": f"the sandbox refused: {child.guard.violations[0]} (kernels may not create processes, "

@@ -322,8 +322,7 @@ class Evaluation:
         half = KERNEL_MEMORY_SHARE * held[1]
         if requested + allocated > half:
             return None
-        proc = getattr(self.worker, "proc", None) if self.worker is not None else None
-        tree = tree_gpu_bytes(proc.pid if proc is not None and proc.poll() is None else None)
+        tree = self._child_gpu_bytes()
         asked = f"the kernel's request for {requested / 2**30:.2f} GiB found no GPU memory"
         if tree is not None:
             if tree + requested > half:
@@ -335,6 +334,11 @@ class Evaluation:
         return (f"{asked} (its allocator held {allocated / 2**30:.1f} GiB) while the grader itself held "
                 f"{held[0] / 2**30:.1f} of the GPU's {held[1] / 2**30:.0f} GiB")
 
+    def _child_gpu_bytes(self) -> int | None:
+        """What the driver says the candidate's live child uses of the card (`tree_gpu_bytes`), or None."""
+        proc = getattr(self.worker, "proc", None) if self.worker is not None else None
+        return tree_gpu_bytes(proc.pid if proc is not None and proc.poll() is None else None)
+
     def kernel_held_the_card(self, exc: BaseException) -> str | None:
         """Why the grader's own out-of-memory error `exc` is the kernel's doing, or None.
 
@@ -342,10 +346,9 @@ class Evaluation:
         allocation fail: that was an infra_error (never charged). Where the driver reports the child's process tree
         above half the card, it is the kernel's.
         """
-        if type(exc).__name__ != "OutOfMemoryError" or self.worker is None:
+        if type(exc).__name__ != "OutOfMemoryError":
             return None
-        proc = getattr(self.worker, "proc", None)
-        tree = tree_gpu_bytes(proc.pid if proc is not None and proc.poll() is None else None)
+        tree = self._child_gpu_bytes()
         total = torch.cuda.mem_get_info()[1] if tree is not None else 0
         if tree is None or tree <= KERNEL_MEMORY_SHARE * total:
             return None
