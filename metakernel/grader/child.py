@@ -32,7 +32,7 @@ from typing import Any
 
 from metakernel.dsl.base import NATIVE_CODE_EVENT
 from metakernel.grader import transport
-from metakernel.grader.sandbox import Isolation, Plan, SandboxError, enter
+from metakernel.grader.sandbox import Isolation, Plan, SandboxError, enter, refuse_after_warmup
 from metakernel.grader.static import DSL_ONLY_ATTRIBUTES, attribute_reason
 
 _perf = time.perf_counter  # a builtin: bound before any candidate code exists
@@ -516,6 +516,7 @@ class Child:
             sys.addaudithook(self.guard)
             self.guard.armed = True
             self.iso.audit_hook = True
+            refuse_after_warmup(self.iso)  # CUDA and the DSL are warm: what they needed once is refused now
             if self.gate is not None and self.gate.pinned is not None:
                 for dtype in (torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32,
                               torch.bool):  # `.item()`'s staging blocks (one per element size), cached now
@@ -1170,6 +1171,7 @@ def main() -> None:
     if config["kind"] == "probe":  # isolation self-test (metakernel.grader.probe): try, report, leave
         from metakernel.grader.probe import reach
 
+        refuse_after_warmup(isolation)  # what a candidate meets at its import
         transport.send(conn, {"ok": True, "isolation": isolation.to_dict(),
                               "probe": reach(json.loads(os.environ["METAKERNEL_PROBE"]))})
         return

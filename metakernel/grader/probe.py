@@ -4,9 +4,10 @@
 filesystem view), and from inside it tries what an adversarial kernel would — native code can do whatever Python
 can, so these are plain reads and connects, with no audit hook in the way: the parent's memory, environment and
 command line, the eager-baseline cache, a `.env` and an experiment store next to the grader, writing outside the
-work dir, mapping a file it wrote executable (a library written at run time and loaded), and a loopback port the
-parent is listening on. Tests assert every one is blocked; `.ci/run` prints it
-(`python -m metakernel.grader.probe`).
+work dir, mapping a file it wrote executable (a library written at run time and loaded), a loopback port the
+parent is listening on, and rebuilding the walls from inside: climbing out of its root, remounting or mounting
+file systems, a new user namespace, an anonymous file mapped executable (`memfd_create`). Tests assert every one
+is blocked; `.ci/run` prints it (`python -m metakernel.grader.probe`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,51 @@ def _try(f: Any) -> str:
     except Exception as exc:  # noqa: BLE001 - every failure is the answer
         return f"blocked ({type(exc).__name__}: {exc})"[:200]
     return f"REACHABLE ({str(value)[:80]})"
+
+
+def _in_fork(f: Any) -> str:
+    """`_try(f)` in a forked copy: what changes a process (its root, its namespaces) leaves the probe as it was."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        os.write(write_end, _try(f).encode()[:400])
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as r:
+        answer = r.read().decode(errors="replace")
+    os.waitpid(pid, 0)
+    return answer or "blocked (the forked probe died)"
+
+
+def _libc_call(name: str, *args: Any) -> Any:
+    """A libc call as native code would make it; OSError with the errno when it fails."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if getattr(libc, name)(*args) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return "done"
+
+
+def _climb_out(secret: str) -> Any:
+    """The chroot climb: a process that may chroot enters a subfolder and walks `..` past its old root."""
+    os.makedirs("mk-probe-climb", exist_ok=True)
+    os.chroot("mk-probe-climb")
+    for _ in range(64):
+        os.chdir("..")
+    os.chroot(".")
+    with open(secret, "rb") as f:
+        return f.read(64)
+
+
+def _memfd_executable() -> Any:
+    import mmap
+
+    fd = os.memfd_create("mk-probe")  # type: ignore[attr-defined]
+    os.write(fd, b"\xc3" * mmap.PAGESIZE)
+    return mmap.mmap(fd, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_EXEC)
 
 
 def reach(targets: dict[str, Any]) -> dict[str, str]:
@@ -75,6 +121,13 @@ def reach(targets: dict[str, Any]) -> dict[str, str]:
         "run code written to /dev/shm": _try(lambda: map_executable("/dev/shm")),
         "network (loopback port the parent listens on)": _try(connect),
         "regain root": _try(lambda: os.setuid(0) if os.getuid() != 0 else _raise("still root")),
+        "climb out of its root (chroot and ..) to .env": _in_fork(lambda: _climb_out(targets["env_file"])),
+        "remount a system folder writable": _in_fork(lambda: _libc_call("mount", None, b"/usr", None,
+                                                                       32 | 4096, None)),  # MS_REMOUNT | MS_BIND
+        "mount a new (executable) file system": _in_fork(lambda: _libc_call("mount", b"tmpfs", os.getcwd().encode(),
+                                                                           b"tmpfs", 0, None)),
+        "new user namespace": _in_fork(lambda: _libc_call("unshare", 0x10000000)),  # CLONE_NEWUSER
+        "anonymous file mapped executable (memfd_create)": _try(_memfd_executable),
     }
 
 

@@ -13,6 +13,11 @@ The candidate is an adversary that reads our source, so the walls are the kernel
   (which holds its copy of the kernel file). The grader's home, caches (the eager baselines), `.env`, the
   experiment store and the parent's files do not exist in that view;
 - **no network**: a new, empty network namespace (the channel to the parent is a socketpair made before);
+- **no capabilities and a syscall filter**: the root is changed by `pivot_root` with the old one detached (a
+  `chroot` is left by any process holding CAP_SYS_CHROOT, and a user-namespace child holds every capability over
+  its namespace), every capability is dropped, and a seccomp filter refuses what would rebuild the walls from
+  inside: new namespaces, mounts, root changes, anonymous files (`memfd_create`, mappable executable without a
+  file), other processes' memory, kernel-side programs and modules;
 - **resource limits**: no core files, bounded file size and thread count.
 
 `enter` runs first thing in the child, before torch is imported, and returns what is in force; the grader records
@@ -37,7 +42,30 @@ CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
 MS_NOEXEC, MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 8, 1024, 2048, 1 << 21
-PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 4, 38
+PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, PR_CAPBSET_DROP = 4, 38, 22, 24
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+MNT_DETACH = 2
+SYS_PIVOT_ROOT_X86_64 = 155
+#: Namespace flags a `clone` may not carry inside the sandbox.
+CLONE_NAMESPACES = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWUSER | CLONE_NEWPID | 0x02000000 | 0x04000000 | 0x08000000
+# (+ cgroup, uts, ipc; a clone's low byte is its exit signal, so the time namespace's 0x80 is unshare's only)
+#: Syscalls the filter refuses (x86_64 numbers), with EPERM: what would rebuild the walls from inside.
+REFUSED_SYSCALLS_X86_64 = {
+    "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161, "unshare": 272, "setns": 308,
+    "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
+    "mount_setattr": 442, "memfd_secret": 447, "ptrace": 101, "process_vm_readv": 310,
+    "process_vm_writev": 311, "bpf": 321, "userfaultfd": 323, "kexec_load": 246, "kexec_file_load": 320,
+    "init_module": 175, "finit_module": 313, "delete_module": 176, "add_key": 248, "request_key": 249,
+    "keyctl": 250, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+    "open_by_handle_at": 304,
+}
+#: Refused once the DSL and CUDA are warm, before the candidate's import: the CUDA driver makes a memfd while it
+#: initialises (NVIDIA/OpenShell#1696), and a memfd is a file nothing mounts `noexec`: written, then loaded by a C++
+#: loader through /proc/self/fd, it runs native code (docs/integrity.md, session 30's residue).
+REFUSED_AFTER_WARMUP_X86_64 = {"memfd_create": 319}
+SYS_CLONE_X86_64, SYS_CLONE3 = 56, 435
+AUDIT_ARCH_X86_64 = 0xC000003E
+X32_SYSCALL_BIT = 0x40000000
 
 #: System folders bound read-only into the child's root (symlinks among them are recreated as symlinks).
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
@@ -79,6 +107,8 @@ class Isolation:
     parent_dumpable: bool | None = None
     limits: dict[str, Any] = field(default_factory=dict)
     audit_hook: bool = False
+    capabilities: str = "kept"
+    syscalls: str = "all allowed"
     opted_out: bool = False
     errors: list[str] = field(default_factory=list)
 
@@ -88,7 +118,8 @@ class Isolation:
             return "isolation: none" + (" (opted out by the user)" if self.opted_out else "")
         return (f"isolation: {self.mode}" + (f" {self.uid}" if self.uid is not None else "")
                 + f", filesystem {self.filesystem}, network {self.network}, proc {self.proc}"
-                + (", no_new_privs" if self.no_new_privs else "") + (", audit hook" if self.audit_hook else ""))
+                + (", no_new_privs" if self.no_new_privs else "") + f", capabilities {self.capabilities}"
+                + f", syscalls {self.syscalls}" + (", audit hook" if self.audit_hook else ""))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form."""
@@ -310,9 +341,112 @@ def _build_root(libc: Any, plan: Plan, iso: Isolation) -> None:
         _mount(libc, "/proc", _inside(root, "/proc"), None, MS_BIND | MS_REC)
         iso.proc = "shared"
     _bind_ro(libc, root, plan.work, writable=True)
-    os.chroot(root)
+    _pivot_root(libc, root)
     os.chdir(plan.work)
     iso.filesystem = "private (read-only system and Python, own work dir, nothing writable executable)"
+
+
+def _pivot_root(libc: Any, root: str) -> None:
+    """Make `root` the namespace's root and detach the old one: nothing of the host's tree is left to climb back to.
+
+    (A `chroot` keeps the old root in the namespace: a process holding CAP_SYS_CHROOT, which a user-namespace child
+    holds, chroots into a subfolder and walks `..` out of it; session 35 read the grader's `.env` that way.)
+    """
+    if os.uname().machine != "x86_64":
+        os.chroot(root)  # no pivot_root number known here; the capability drop below still closes the climb
+        return
+    os.chdir(root)
+    _check(libc.syscall(SYS_PIVOT_ROOT_X86_64, b".", b"."), "pivot_root")  # the old root stacks under the new
+    _check(libc.umount2(b".", MNT_DETACH), "detach the old root")
+    os.chdir("/")
+
+
+def _drop_bounding_set(libc: Any) -> None:
+    """Empty the bounding set (needs CAP_SETPCAP: a root grader's child does it before leaving root)."""
+    for cap in range(64):
+        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() == 22:  # EINVAL: past the last
+            break
+
+
+def _drop_capabilities(libc: Any) -> str:
+    """Empty the bounding, ambient, effective, permitted and inheritable sets (a user-namespace child held them all)."""
+    _drop_bounding_set(libc)
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+    header, data = Header(0x20080522, 0), (Data * 2)()  # _LINUX_CAPABILITY_VERSION_3, all sets empty
+    _check(libc.capset(ctypes.byref(header), data), "capset")
+    effective = next((line.split()[1] for line in Path("/proc/self/status").read_text().splitlines()
+                      if line.startswith("CapEff:")), "?")
+    if int(effective, 16) != 0:
+        raise SandboxError(f"capabilities are still held after dropping them ({effective})")
+    return "none"
+
+
+def seccomp_program(refused: dict[str, int] | None = None, clones: bool = True) -> list[tuple[int, int, int, int]]:
+    """A filter as classic BPF (code, jt, jf, k): `refused` (REFUSED_SYSCALLS_X86_64) and namespace clones, EPERM.
+
+    Another architecture's calling convention (i386 through `int 0x80`, x32) is refused whole: its numbers differ,
+    so a listed syscall would pass under another number. `clone3` gets ENOSYS, so glibc falls back to `clone`,
+    whose flags a filter can read.
+    """
+    ld_abs, jeq, jset, jge, ret = 0x20, 0x15, 0x45, 0x35, 0x06
+    allow, eperm, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
+    # (op, jump-true label, jump-false label, k); labels are resolved to relative offsets below
+    code: list[tuple[int, str | None, str | None, int]] = [
+        (ld_abs, None, None, 4), (jeq, "number", "eperm", AUDIT_ARCH_X86_64)]
+    code.append((ld_abs, None, None, 0))  # "number"
+    numbers = REFUSED_SYSCALLS_X86_64 if refused is None else refused
+    code += [(jeq, "eperm", None, nr) for nr in sorted(set(numbers.values()))]
+    code.append((jge, "eperm", "clones" if clones else "allow", X32_SYSCALL_BIT))
+    labels: dict[str, int] = {"number": 2}
+    tail: list[tuple[str | None, tuple[int, str | None, str | None, int]]] = []
+    if clones:
+        tail = [("clones", (jeq, "enosys", None, SYS_CLONE3)), (None, (jeq, None, "allow", SYS_CLONE_X86_64)),
+                (None, (ld_abs, None, None, 16)), (None, (jset, "eperm", "allow", CLONE_NAMESPACES))]  # args[0]
+    tail += [("allow", (ret, None, None, allow)), ("eperm", (ret, None, None, eperm)),
+             ("enosys", (ret, None, None, enosys))]
+    for name, instruction in tail:
+        if name:
+            labels[name] = len(code)
+        code.append(instruction)
+    return [(op, labels[jt] - at - 1 if jt else 0, labels[jf] - at - 1 if jf else 0, k)
+            for at, (op, jt, jf, k) in enumerate(code)]
+
+
+def _install_syscall_filter(libc: Any, code: list[tuple[int, int, int, int]] | None = None) -> str:
+    """Load `code` (`seccomp_program()`; after no_new_privs); what the report says of it."""
+    if os.uname().machine != "x86_64":
+        return f"all allowed (no filter for {os.uname().machine})"
+
+    class Instruction(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Instruction))]
+
+    code = code or seccomp_program()
+    instructions = (Instruction * len(code))(*[Instruction(*op) for op in code])
+    program = Program(len(code), instructions)
+    _check(libc.prctl(PR_SET_SECCOMP, 2, ctypes.byref(program), 0, 0), "seccomp filter")  # SECCOMP_MODE_FILTER
+    return "filtered (namespaces, mounts, root changes, other processes' memory, bpf, modules, keys, io_uring)"
+
+
+def refuse_after_warmup(iso: Isolation) -> None:
+    """Add the filter of REFUSED_AFTER_WARMUP_X86_64 (filters stack and none can be removed) and say so in `iso`."""
+    if iso.mode == "none" or not iso.syscalls.startswith("filtered"):
+        return
+    try:
+        _install_syscall_filter(_libc(), seccomp_program(REFUSED_AFTER_WARMUP_X86_64, clones=False))
+    except SandboxError as exc:
+        iso.errors.append(str(exc))
+        return
+    iso.syscalls = iso.syscalls.rstrip(")") + "; memfd once warm)"
 
 
 def _become_pid_namespace_init() -> None:
@@ -353,6 +487,7 @@ def enter(plan: Plan) -> Isolation:
         iso.network = "none (own empty namespace)"
         _build_root(libc, plan, iso)
         if plan.mode == "uid":
+            _drop_bounding_set(libc)  # while CAP_SETPCAP is still held
             os.setgroups([])
             os.setresgid(plan.gid, plan.gid, plan.gid)
             os.setresuid(plan.uid, plan.uid, plan.uid)
@@ -363,8 +498,10 @@ def enter(plan: Plan) -> Isolation:
                 pass
             else:
                 raise SandboxError("privileges could be regained after dropping them")
+        iso.capabilities = _drop_capabilities(libc)
         _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(no_new_privs)")
         iso.no_new_privs = True
+        iso.syscalls = _install_syscall_filter(libc)
     except (SandboxError, OSError) as exc:
         if plan.allow_unsandboxed:
             iso.errors.append(str(exc))
@@ -380,4 +517,4 @@ def enter(plan: Plan) -> Isolation:
 
 
 __all__ = ["Isolation", "Plan", "SandboxError", "default_mode", "enter", "make_plan", "opted_out",
-           "protect_parent", "visible_paths"]
+           "protect_parent", "refuse_after_warmup", "visible_paths"]
