@@ -60,6 +60,62 @@ def test_user_namespace_mode_isolates_the_same(tmp_path, monkeypatch):
     _assert_all_blocked(report["reach"])
 
 
+@pytest.mark.skipif(sandbox.default_mode() != "uid", reason="the uid mode needs a root grader")
+def test_a_process_the_child_moved_to_its_own_session_does_not_outlive_the_grading():
+    """A grandchild in a session of its own escapes the worker's killpg; reaping the child's uid ends it."""
+    import secrets
+    import subprocess
+    import sys
+    import time
+
+    uid = sandbox.UID_BASE + secrets.randbelow(sandbox.UID_SPAN)
+    script = textwrap.dedent("""
+        import os, sys, time
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                sys.stdout.write(str(os.getpid()))
+                sys.stdout.flush()
+                os.close(1)
+                os.close(2)
+                time.sleep(600)
+            os._exit(0)
+    """)
+    launcher = f"import os; os.setresgid({uid}, {uid}, {uid}); os.setresuid({uid}, {uid}, {uid}); exec({script!r})"
+    done = subprocess.run([sys.executable, "-S", "-c", launcher], check=True, timeout=30, capture_output=True,
+                          text=True)
+    pid = int(done.stdout)
+
+    def alive() -> bool:
+        try:
+            state = Path(f"/proc/{pid}/status").read_text()
+        except FileNotFoundError:
+            return False
+        return "\nState:\tZ" not in state and f"Uid:\t{uid}" in state
+
+    assert alive()
+    sandbox.reap(uid, uid)
+    for _ in range(100):
+        if not alive():
+            break
+        time.sleep(0.05)
+    assert not alive()
+
+
+@needs_isolation
+def test_the_worker_reaps_its_child_s_uid_when_it_ends(tmp_path, monkeypatch):
+    """Every ending of a uid-mode child (the probe's, here) reaps its uid once."""
+    monkeypatch.setenv("METAKERNEL_CACHE_DIR", str(tmp_path / "cache"))
+    reaped: list[tuple[int, int]] = []
+    real = sandbox.reap
+    monkeypatch.setattr(sandbox, "reap", lambda uid, gid: (reaped.append((uid, gid)), real(uid, gid)))
+    report = probe.isolation_report(tmp_path)
+    if report["isolation"]["mode"] == "uid":
+        assert reaped == [(report["isolation"]["uid"], report["isolation"]["uid"])]
+    else:
+        assert reaped == []
+
+
 def test_paths_visible_to_the_child_leave_the_checkout_out():
     """A checkout on the import path contributes its package only: never its .env or experiment folders."""
     binds, _ = sandbox.visible_paths()

@@ -30,6 +30,7 @@ from __future__ import annotations
 import ctypes
 import os
 import secrets
+import subprocess
 import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -235,6 +236,25 @@ def make_plan(work: Path, *, extra_binds: list[str] | None = None, mode: str | N
         os.chown(work, uid, uid)
         os.chmod(work, 0o700)
     return plan
+
+
+def reap(uid: int, gid: int) -> None:
+    """Kill every process of a finished child's uid (mode "uid"): what it started outlives its process group.
+
+    A process the candidate forks and moves to a session of its own escapes the worker's `killpg` and would keep
+    running (on the GPU too) through later gradings. There is no pid namespace to end with the child in this mode
+    (legacy CUDA IPC handles do not cross pid namespaces), but the uid is the child's alone: `kill(-1)` made as
+    that uid signals all of its processes, and the kernel does it under the task list's lock, so a fork cannot slip
+    past it.
+    """
+    # started as the grader (the uid may not be allowed to run this Python), it becomes the uid, then kills
+    code = (f"import os, signal; os.setgroups([]); os.setresgid({gid}, {gid}, {gid}); "
+            f"os.setresuid({uid}, {uid}, {uid}); os.kill(-1, signal.SIGKILL)")
+    try:
+        subprocess.run([sys.executable, "-S", "-c", code], env={}, cwd="/", stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        pass
 
 
 # ------------------------------------------------------------------------------------------------ the child side
@@ -517,4 +537,4 @@ def enter(plan: Plan) -> Isolation:
 
 
 __all__ = ["Isolation", "Plan", "SandboxError", "default_mode", "enter", "make_plan", "opted_out",
-           "protect_parent", "refuse_after_warmup", "visible_paths"]
+           "protect_parent", "reap", "refuse_after_warmup", "visible_paths"]

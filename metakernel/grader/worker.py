@@ -342,6 +342,13 @@ class Worker:
             except (ProcessLookupError, PermissionError):
                 self.proc.kill()
             self.proc.wait(timeout=30)
+        self._reap()
+
+    def _reap(self) -> None:
+        """What the child left running under its uid, killed (`sandbox.reap`; once: nothing starts under it again)."""
+        owner, self._owner = self._owner, None
+        if owner is not None:
+            sandbox.reap(*owner)
 
     def close(self) -> None:
         """Ask the child to exit, then make sure it did; free the arenas and remove the temporary folder."""
@@ -359,6 +366,8 @@ class Worker:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.kill()
+            else:
+                self._reap()
         if hasattr(self, "_log"):
             self._log.close()
         with transport.GPU_MEMORY_LOCK:  # the pools' destructors empty their cache: not beside another's use
