@@ -74,17 +74,25 @@ def test_a_process_the_child_moved_to_its_own_session_does_not_outlive_the_gradi
         if os.fork() == 0:
             os.setsid()
             if os.fork() == 0:
-                sys.stdout.write(str(os.getpid()))
+                libc = ctypes.CDLL(None)
+                shm = libc.shmget(0, 1 << 20, 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
+                queue = libc.msgget(0, 0o1600)
+                sys.stdout.write(f"{os.getpid()} {shm} {queue}")
                 sys.stdout.flush()
                 os.close(1)
                 os.close(2)
                 time.sleep(600)
             os._exit(0)
     """)
-    launcher = f"import os; os.setresgid({uid}, {uid}, {uid}); os.setresuid({uid}, {uid}, {uid}); exec({script!r})"
+    launcher = (f"import ctypes, os, sys, time; os.setresgid({uid}, {uid}, {uid}); os.setresuid({uid}, {uid}, {uid}); "
+                f"exec({script!r})")  # (imports first: the uid may not read this Python's library)
     done = subprocess.run([sys.executable, "-S", "-c", launcher], check=True, timeout=30, capture_output=True,
                           text=True)
-    pid = int(done.stdout)
+    pid, shm, queue = (int(v) for v in done.stdout.split())
+    assert shm >= 0 and queue >= 0
+
+    def ipc_ids(kind: str) -> set[int]:
+        return {int(row.split()[1]) for row in Path(f"/proc/sysvipc/{kind}").read_text().splitlines()[1:]}
 
     def alive() -> bool:
         try:
@@ -93,13 +101,102 @@ def test_a_process_the_child_moved_to_its_own_session_does_not_outlive_the_gradi
             return False
         return "\nState:\tZ" not in state and f"Uid:\t{uid}" in state
 
-    assert alive()
+    assert alive() and shm in ipc_ids("shm") and queue in ipc_ids("msg")
     sandbox.reap(uid, uid)
     for _ in range(100):
         if not alive():
             break
         time.sleep(0.05)
     assert not alive()
+    assert shm not in ipc_ids("shm") and queue not in ipc_ids("msg")  # a memory hold and a channel to the next child
+
+
+@pytest.mark.skipif(sandbox.default_mode() == "none" or not hasattr(sandbox, "_libc"), reason="no isolation here")
+def test_a_user_namespace_child_that_leaves_the_process_group_dies_with_its_waiter(tmp_path):
+    """The pid-1 child may `setsid` out of the group the worker kills; it dies with the waiter all the same."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    work = tmp_path / "work"
+    work.mkdir()
+    script = textwrap.dedent(f"""
+        import os, sys, time
+        from pathlib import Path
+        from metakernel.grader import sandbox
+        sandbox.enter(sandbox.make_plan(Path({str(work)!r}), mode="userns"))
+        os.setsid()
+        sys.stdout.write("ready\\n")
+        sys.stdout.flush()
+        time.sleep(600)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True, stdout=subprocess.PIPE,
+                            text=True, cwd=str(Path(__file__).resolve().parents[1]))
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    inner = int(Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()[0])
+    os.killpg(proc.pid, signal.SIGKILL)  # what `Worker.kill` does
+    proc.wait(timeout=30)
+
+    def alive() -> bool:
+        try:
+            return "\nState:\tZ" not in Path(f"/proc/{inner}/status").read_text()
+        except FileNotFoundError:
+            return False
+
+    for _ in range(100):
+        if not alive():
+            break
+        time.sleep(0.05)
+    assert not alive()
+
+
+@needs_isolation
+def test_the_late_filter_covers_threads_started_before_it(tmp_path):
+    """CUDA and torch start threads during the warm-up; the memfd filter added after it holds on them too."""
+    import os
+    import socket
+    import threading
+
+    work = tmp_path / "work"
+    work.mkdir()
+    plan = sandbox.make_plan(work)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            iso = sandbox.enter(plan)
+            go, done, seen = threading.Event(), threading.Event(), []
+
+            def early() -> None:  # a thread that exists before the late filter, like the driver's
+                go.wait()
+                try:
+                    os.close(os.memfd_create("x"))
+                    seen.append("memfd made")
+                except OSError as exc:
+                    seen.append(f"memfd refused {exc.errno}")
+                done.set()
+
+            threading.Thread(target=early, daemon=True).start()
+            sandbox.refuse_after_warmup(iso)
+            go.set()
+            done.wait(10)
+            try:
+                socket.socket(40, socket.SOCK_STREAM).close()  # AF_VSOCK
+                seen.append("vsock made")
+            except OSError as exc:
+                seen.append(f"vsock refused {exc.errno}")
+            os.write(write_end, (";".join(seen) + "|" + iso.syscalls).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as r:
+        got = r.read()
+    os.waitpid(pid, 0)
+    seen, syscalls = got.split("|")
+    assert seen.split(";") == ["memfd refused 1", "vsock refused 1"], got
+    assert "memfd, message queues and vsock once warm" in syscalls
 
 
 @needs_isolation

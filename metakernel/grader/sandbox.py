@@ -44,7 +44,8 @@ CLONE_NEWPID = 0x20000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
 MS_NOEXEC, MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 8, 1024, 2048, 1 << 21
 PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, PR_CAPBSET_DROP = 4, 38, 22, 24
-PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, PR_SET_PDEATHSIG = 47, 4, 1
+CLONE_NEWIPC = 0x08000000
 MNT_DETACH = 2
 SYS_PIVOT_ROOT_X86_64 = 155
 #: Namespace flags a `clone` may not carry inside the sandbox.
@@ -62,8 +63,13 @@ REFUSED_SYSCALLS_X86_64 = {
 }
 #: Refused once the DSL and CUDA are warm, before the candidate's import: the CUDA driver makes a memfd while it
 #: initialises (NVIDIA/OpenShell#1696), and a memfd is a file nothing mounts `noexec`: written, then loaded by a C++
-#: loader through /proc/self/fd, it runs native code (docs/integrity.md, session 30's residue).
-REFUSED_AFTER_WARMUP_X86_64 = {"memfd_create": 319}
+#: loader through /proc/self/fd, it runs native code (docs/integrity.md, session 30's residue). POSIX message queues
+#: outlive the child in the grader's IPC namespace (a channel to the next grading); nothing of ours uses them.
+REFUSED_AFTER_WARMUP_X86_64 = {"memfd_create": 319, "mq_open": 240}
+#: Socket families refused once warm: vsock leads out of the VM past the empty network namespace.
+REFUSED_SOCKET_FAMILIES = (40,)  # AF_VSOCK
+SYS_SOCKET_X86_64, SYS_SECCOMP_X86_64 = 41, 317
+SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC = 1, 1
 SYS_CLONE_X86_64, SYS_CLONE3 = 56, 435
 AUDIT_ARCH_X86_64 = 0xC000003E
 X32_SYSCALL_BIT = 0x40000000
@@ -255,6 +261,31 @@ def reap(uid: int, gid: int) -> None:
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30, check=False)
     except (OSError, subprocess.SubprocessError):
         pass
+    _remove_ipc_objects(uid)
+
+
+def _remove_ipc_objects(uid: int) -> None:
+    """SysV shared memory, queues and semaphores the uid made: they outlive it in the grader's IPC namespace.
+
+    (A 512 MiB segment left by one child stayed in the host's memory, owned by no process, and a message it left was
+    read by the next child: session 35's red-teamer.)
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return
+    for kind, remove, uid_column in (("shm", lambda i: libc.shmctl(i, 0, None), 7),
+                                     ("msg", lambda i: libc.msgctl(i, 0, None), 7),
+                                     ("sem", lambda i: libc.semctl(i, 0, 0), 4)):  # IPC_RMID = 0
+        try:
+            rows = Path(f"/proc/sysvipc/{kind}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            # uid and cuid: the owner and the creator (columns after the kind's own: see proc(5))
+            if len(fields) > uid_column + 2 and uid in (int(fields[uid_column]), int(fields[uid_column + 2])):
+                remove(int(fields[1]))
 
 
 # ------------------------------------------------------------------------------------------------ the child side
@@ -408,7 +439,8 @@ def _drop_capabilities(libc: Any) -> str:
     return "none"
 
 
-def seccomp_program(refused: dict[str, int] | None = None, clones: bool = True) -> list[tuple[int, int, int, int]]:
+def seccomp_program(refused: dict[str, int] | None = None, clones: bool = True,
+                    socket_families: tuple[int, ...] = ()) -> list[tuple[int, int, int, int]]:
     """A filter as classic BPF (code, jt, jf, k): `refused` (REFUSED_SYSCALLS_X86_64) and namespace clones, EPERM.
 
     Another architecture's calling convention (i386 through `int 0x80`, x32) is refused whole: its numbers differ,
@@ -423,20 +455,26 @@ def seccomp_program(refused: dict[str, int] | None = None, clones: bool = True) 
     code.append((ld_abs, None, None, 0))  # "number"
     numbers = REFUSED_SYSCALLS_X86_64 if refused is None else refused
     code += [(jeq, "eperm", None, nr) for nr in sorted(set(numbers.values()))]
-    code.append((jge, "eperm", "clones" if clones else "allow", X32_SYSCALL_BIT))
+    after = "clones" if clones else "sockets" if socket_families else "allow"
+    code.append((jge, "eperm", after, X32_SYSCALL_BIT))
     labels: dict[str, int] = {"number": 2}
     tail: list[tuple[str | None, tuple[int, str | None, str | None, int]]] = []
     if clones:
         tail = [("clones", (jeq, "enosys", None, SYS_CLONE3)), (None, (jeq, None, "allow", SYS_CLONE_X86_64)),
                 (None, (ld_abs, None, None, 16)), (None, (jset, "eperm", "allow", CLONE_NAMESPACES))]  # args[0]
+    if socket_families:
+        tail += [("sockets", (jeq, None, "allow", SYS_SOCKET_X86_64)), (None, (ld_abs, None, None, 16))]
+        tail += [(None, (jeq, "eperm", None, family)) for family in socket_families]
+        tail.append((None, (0x05, None, None, 0)))  # ja -> allow (patched below)
     tail += [("allow", (ret, None, None, allow)), ("eperm", (ret, None, None, eperm)),
              ("enosys", (ret, None, None, enosys))]
     for name, instruction in tail:
         if name:
             labels[name] = len(code)
         code.append(instruction)
-    return [(op, labels[jt] - at - 1 if jt else 0, labels[jf] - at - 1 if jf else 0, k)
-            for at, (op, jt, jf, k) in enumerate(code)]
+    program = [(op, labels[jt] - at - 1 if jt else 0, labels[jf] - at - 1 if jf else 0, k)
+               for at, (op, jt, jf, k) in enumerate(code)]
+    return [(op, jt, jf, labels["allow"] - at - 1 if op == 0x05 else k) for at, (op, jt, jf, k) in enumerate(program)]
 
 
 def _install_syscall_filter(libc: Any, code: list[tuple[int, int, int, int]] | None = None) -> str:
@@ -453,7 +491,10 @@ def _install_syscall_filter(libc: Any, code: list[tuple[int, int, int, int]] | N
     code = code or seccomp_program()
     instructions = (Instruction * len(code))(*[Instruction(*op) for op in code])
     program = Program(len(code), instructions)
-    _check(libc.prctl(PR_SET_SECCOMP, 2, ctypes.byref(program), 0, 0), "seccomp filter")  # SECCOMP_MODE_FILTER
+    # every thread of the process, not only this one: a filter added once CUDA's and torch's threads exist left them
+    # unfiltered, and a signal handler run on one of them made a memfd (session 35's red-teamer)
+    _check(libc.syscall(SYS_SECCOMP_X86_64, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC,
+                        ctypes.byref(program)), "seccomp filter (all threads)")
     return "filtered (namespaces, mounts, root changes, other processes' memory, bpf, modules, keys, io_uring)"
 
 
@@ -462,26 +503,32 @@ def refuse_after_warmup(iso: Isolation) -> None:
     if iso.mode == "none" or not iso.syscalls.startswith("filtered"):
         return
     try:
-        _install_syscall_filter(_libc(), seccomp_program(REFUSED_AFTER_WARMUP_X86_64, clones=False))
+        _install_syscall_filter(_libc(), seccomp_program(REFUSED_AFTER_WARMUP_X86_64, clones=False,
+                                                         socket_families=REFUSED_SOCKET_FAMILIES))
     except SandboxError as exc:
         iso.errors.append(str(exc))
         return
-    iso.syscalls = iso.syscalls.rstrip(")") + "; memfd once warm)"
+    iso.syscalls = iso.syscalls.rstrip(")") + "; memfd, message queues and vsock once warm)"
 
 
 def _become_pid_namespace_init() -> None:
     """Fork: the child goes on as pid 1 of the new pid namespace; this process waits and passes its exit on."""
     pid = os.fork()
-    if pid:
-        while True:
-            try:
-                _, status = os.waitpid(pid, 0)
-                break
-            except ChildProcessError:
-                os._exit(1)
-            except InterruptedError:
-                continue
-        os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+    if pid == 0:
+        # pid 1 may leave the process group the worker kills (`setsid`); it dies with the waiter, and with it the
+        # whole namespace (session 35's red-teamer: a child that did so kept its CUDA context after the grading)
+        # (no race to check: until it calls `setsid` later, it is still in the group a kill of the waiter takes)
+        _libc().prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)
+        return
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except ChildProcessError:
+            os._exit(1)
+        except InterruptedError:
+            continue
+    os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
 
 
 def enter(plan: Plan) -> Isolation:
@@ -496,8 +543,10 @@ def enter(plan: Plan) -> Isolation:
     try:
         if plan.mode == "userns":
             uid, gid = os.geteuid(), os.getegid()
-            _check(libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID),
-                   "unshare(user, mount, net, pid)")
+            # (its own IPC namespace too: SysV objects and message queues die with it. The uid mode keeps the
+            # grader's, untried with legacy CUDA IPC; `reap` removes what the child's uid left there)
+            _check(libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC),
+                   "unshare(user, mount, net, pid, ipc)")
             Path("/proc/self/setgroups").write_text("deny")
             Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
             Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
