@@ -154,7 +154,9 @@ def test_a_user_namespace_child_that_leaves_the_process_group_dies_with_its_wait
 
 @needs_isolation
 def test_the_late_filter_covers_threads_started_before_it(tmp_path):
-    """CUDA and torch start threads during the warm-up; the memfd filter added after it holds on them too."""
+    """CUDA and torch start threads during the warm-up; the memfd filter added after it holds on them too.
+
+    (And the child's memory-backed scratch folders are bounded.)"""
     import os
     import socket
     import threading
@@ -187,6 +189,9 @@ def test_the_late_filter_covers_threads_started_before_it(tmp_path):
                 seen.append("vsock made")
             except OSError as exc:
                 seen.append(f"vsock refused {exc.errno}")
+            for scratch in ("/tmp", "/dev/shm"):  # bounded, memory-backed scratch
+                stat = os.statvfs(scratch)
+                seen.append(f"{scratch} {stat.f_blocks * stat.f_frsize <= 2 << 30}")
             os.write(write_end, (";".join(seen) + "|" + iso.syscalls).encode())
         finally:
             os._exit(0)
@@ -195,7 +200,7 @@ def test_the_late_filter_covers_threads_started_before_it(tmp_path):
         got = r.read()
     os.waitpid(pid, 0)
     seen, syscalls = got.split("|")
-    assert seen.split(";") == ["memfd refused 1", "vsock refused 1"], got
+    assert seen.split(";") == ["memfd refused 1", "vsock refused 1", "/tmp True", "/dev/shm True"], got
     assert "memfd, message queues and vsock once warm" in syscalls
 
 

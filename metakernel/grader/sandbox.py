@@ -81,6 +81,8 @@ CHECKOUT_MARKS = (".git", ".env", "pyproject.toml", "setup.py", "setup.cfg")
 #: A fresh uid per child from this range (mode "uid").
 UID_BASE, UID_SPAN = 2_100_000, 800_000
 ENV_OPT_OUT = "METAKERNEL_ALLOW_UNSANDBOXED"
+#: The child's /tmp and /dev/shm.
+SCRATCH_TMPFS = "mode=1777,size=2g"
 
 
 class SandboxError(Exception):
@@ -357,7 +359,9 @@ def _build_root(libc: Any, plan: Plan, iso: Isolation) -> None:
     # no writable place the child sees is executable (the root, /tmp, /dev/shm, its work dir): binds keep their own
     _mount(libc, "tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=64m")
     os.makedirs(_inside(root, "/tmp"), exist_ok=True)
-    _mount(libc, "tmpfs", _inside(root, "/tmp"), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=1777")
+    # memory-backed and charged to no process: bounded (unbounded, each could take half the RAM: session 35's
+    # red-teamer); the child's TMPDIR is its work dir, so neither holds more than a library's scratch
+    _mount(libc, "tmpfs", _inside(root, "/tmp"), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, SCRATCH_TMPFS)
     for path in sorted(plan.binds, key=len):
         try:
             _bind_ro(libc, root, path)
@@ -372,7 +376,7 @@ def _build_root(libc: Any, plan: Plan, iso: Isolation) -> None:
     os.makedirs(_inside(root, "/dev"), exist_ok=True)
     _mount(libc, "/dev", _inside(root, "/dev"), None, MS_BIND | MS_REC)
     try:
-        _mount(libc, "tmpfs", _inside(root, "/dev/shm"), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=1777")
+        _mount(libc, "tmpfs", _inside(root, "/dev/shm"), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, SCRATCH_TMPFS)
     except SandboxError as exc:
         iso.errors.append(str(exc))
     if os.path.isdir("/sys"):
