@@ -181,7 +181,7 @@ def test_the_late_filter_covers_threads_started_before_it(tmp_path):
                 done.set()
 
             threading.Thread(target=early, daemon=True).start()
-            sandbox.refuse_after_warmup(iso)
+            sandbox.refuse_after_warmup(iso, cuda=False)
             go.set()
             done.wait(10)
             try:

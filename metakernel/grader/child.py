@@ -516,7 +516,7 @@ class Child:
             sys.addaudithook(self.guard)
             self.guard.armed = True
             self.iso.audit_hook = True
-            refuse_after_warmup(self.iso)  # CUDA and the DSL are warm: what they needed once is refused now
+            refuse_after_warmup(self.iso, cuda=self.device == "cuda")  # what the warm-up needed, refused now
             if self.gate is not None and self.gate.pinned is not None:
                 for dtype in (torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32,
                               torch.bool):  # `.item()`'s staging blocks (one per element size), cached now
@@ -1171,7 +1171,7 @@ def main() -> None:
     if config["kind"] == "probe":  # isolation self-test (metakernel.grader.probe): try, report, leave
         from metakernel.grader.probe import reach
 
-        refuse_after_warmup(isolation)  # what a candidate meets at its import
+        refuse_after_warmup(isolation, cuda=False)  # what a CPU candidate meets at its import (the probe: no CUDA)
         transport.send(conn, {"ok": True, "isolation": isolation.to_dict(),
                               "probe": reach(json.loads(os.environ["METAKERNEL_PROBE"]))})
         return

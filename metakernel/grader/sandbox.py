@@ -61,11 +61,15 @@ REFUSED_SYSCALLS_X86_64 = {
     "keyctl": 250, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
     "open_by_handle_at": 304,
 }
-#: Refused once the DSL and CUDA are warm, before the candidate's import: the CUDA driver makes a memfd while it
-#: initialises (NVIDIA/OpenShell#1696), and a memfd is a file nothing mounts `noexec`: written, then loaded by a C++
-#: loader through /proc/self/fd, it runs native code (docs/integrity.md, session 30's residue). POSIX message queues
-#: outlive the child in the grader's IPC namespace (a channel to the next grading); nothing of ours uses them.
-REFUSED_AFTER_WARMUP_X86_64 = {"memfd_create": 319, "mq_open": 240}
+#: Refused once the DSL is warm, before the candidate's import: POSIX message queues outlive the child in the
+#: grader's IPC namespace (a channel to the next grading); nothing of ours uses them.
+REFUSED_AFTER_WARMUP_X86_64 = {"mq_open": 240}
+#: Refused there too in a child without CUDA (the free check, CPU gradings). A memfd is a file nothing mounts
+#: `noexec`: written, then loaded by a C++ loader through /proc/self/fd, it runs native code (docs/integrity.md,
+#: session 30's residue). The CUDA driver makes one while it initialises (NVIDIA/OpenShell#1696: CUDA error 304
+#: under a filter that refused it); whether it needs one later, once warm, no GPU has shown yet, and a refusal it
+#: met would fail every GPU grading: CUDA children keep it until a device run shows they can do without.
+REFUSED_WITHOUT_CUDA_X86_64 = {"memfd_create": 319}
 #: Socket families refused once warm: vsock leads out of the VM past the empty network namespace.
 REFUSED_SOCKET_FAMILIES = (40,)  # AF_VSOCK
 SYS_SOCKET_X86_64, SYS_SECCOMP_X86_64 = 41, 317
@@ -502,17 +506,22 @@ def _install_syscall_filter(libc: Any, code: list[tuple[int, int, int, int]] | N
     return "filtered (namespaces, mounts, root changes, other processes' memory, bpf, modules, keys, io_uring)"
 
 
-def refuse_after_warmup(iso: Isolation) -> None:
-    """Add the filter of REFUSED_AFTER_WARMUP_X86_64 (filters stack and none can be removed) and say so in `iso`."""
+def refuse_after_warmup(iso: Isolation, *, cuda: bool) -> None:
+    """Add the late filter (stacked: none can be removed) and say so in `iso`.
+
+    It refuses REFUSED_AFTER_WARMUP_X86_64, and REFUSED_WITHOUT_CUDA_X86_64 where the child has no CUDA.
+    """
     if iso.mode == "none" or not iso.syscalls.startswith("filtered"):
         return
+    refused = dict(REFUSED_AFTER_WARMUP_X86_64) | ({} if cuda else REFUSED_WITHOUT_CUDA_X86_64)
     try:
-        _install_syscall_filter(_libc(), seccomp_program(REFUSED_AFTER_WARMUP_X86_64, clones=False,
+        _install_syscall_filter(_libc(), seccomp_program(refused, clones=False,
                                                          socket_families=REFUSED_SOCKET_FAMILIES))
     except SandboxError as exc:
         iso.errors.append(str(exc))
         return
-    iso.syscalls = iso.syscalls.rstrip(")") + "; memfd, message queues and vsock once warm)"
+    iso.syscalls = iso.syscalls.rstrip(")") + ("; message queues and vsock once warm)" if cuda else
+                                               "; memfd, message queues and vsock once warm)")
 
 
 def _become_pid_namespace_init() -> None:
