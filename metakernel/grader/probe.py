@@ -6,8 +6,9 @@ can, so these are plain reads and connects, with no audit hook in the way: the p
 command line, the eager-baseline cache, a `.env` and an experiment store next to the grader, writing outside the
 work dir, mapping a file it wrote executable (a library written at run time and loaded), a loopback port the
 parent is listening on, and rebuilding the walls from inside: climbing out of its root, remounting or mounting
-file systems, a new user namespace, an anonymous file mapped executable (`memfd_create`). Tests assert every one
-is blocked; `.ci/run` prints it (`python -m metakernel.grader.probe`).
+file systems, a new user namespace, an anonymous file mapped executable (`memfd_create`); and a secret in the
+grader's environment under a name no credential pattern matches. Tests assert every one is blocked; `.ci/run`
+prints it (`python -m metakernel.grader.probe`).
 """
 
 from __future__ import annotations
@@ -128,7 +129,12 @@ def reach(targets: dict[str, Any]) -> dict[str, str]:
                                                                            b"tmpfs", 0, None)),
         "new user namespace": _in_fork(lambda: _libc_call("unshare", 0x10000000)),  # CLONE_NEWUSER
         "anonymous file mapped executable (memfd_create)": _try(_memfd_executable),
+        "a secret in the grader's environment under an unguessed name": _try(lambda: os.environ[PROBE_SECRET]),
     }
+
+
+#: Set in the grader's environment while the probe runs: a name no credential pattern matches.
+PROBE_SECRET = "MK_PROBE_DATABASE_URL"
 
 
 def _raise(why: str) -> Any:
@@ -152,9 +158,11 @@ def isolation_report(folder: Path | None = None) -> dict[str, Any]:
                "store": str(base / "store.sqlite"), "outside": str(base / "written-by-the-child"),
                "port": listener.getsockname()[1]}
     worker = Worker(kind="probe", path=Path(__file__), device="cpu", env={"METAKERNEL_PROBE": json.dumps(targets)})
+    os.environ[PROBE_SECRET] = "postgres://grader:not-a-real-password@localhost/store"
     try:
         ready = worker.start()
     finally:
+        os.environ.pop(PROBE_SECRET, None)
         worker.close()
         listener.close()
     return {"isolation": ready.get("isolation", {}), "reach": ready.get("probe", {})}

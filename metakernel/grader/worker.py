@@ -58,9 +58,20 @@ def _candidate_reply() -> Iterator[None]:
                             "tensors of the problem's dtypes", "output_type") from exc
 
 
+#: What of the parent's environment a child gets: the toolchains' and libraries' own settings, by prefix, and a
+#: few names (USER: torch.compile's cache folder asks for it, and a fresh uid has no passwd entry). An allowlist: a
+#: secret under a name nobody guessed (DATABASE_URL, GITHUB_PAT) stayed visible to the candidate, which can print
+#: it into the error the agent reads (session 35's red-teamer).
+CHILD_ENV_PREFIXES = ("PYTHON", "CUDA_", "CUTE_", "CUTLASS_", "TVM_", "NVIDIA_", "NVRTC_", "NVCC_", "TORCH",
+                      "PYTORCH_", "METAKERNEL_", "OMP_", "MKL_", "OPENBLAS_", "KMP_", "LC_", "LD_LIBRARY_PATH")
+CHILD_ENV_NAMES = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "TERM", "USER", "LOGNAME", "CC", "CXX", "VIRTUAL_ENV",
+                             "CONDA_PREFIX", "LIBRARY_PATH", "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH"})
+
+
 def scrubbed_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The parent's environment without anything that looks like a credential, plus `extra`."""
-    env = {k: v for k, v in os.environ.items() if not _SECRET.search(k)}
+    """The parent's environment as far as CHILD_ENV_* allow and nothing that looks like a credential, plus `extra`."""
+    env = {k: v for k, v in os.environ.items()
+           if (k in CHILD_ENV_NAMES or k.startswith(CHILD_ENV_PREFIXES)) and not _SECRET.search(k)}
     env.update(extra or {})
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
