@@ -29,7 +29,7 @@ FAST = GradeOptions(draws=2, warmup=1, min_timed=5, max_timed=8, rse_target=0.5,
 
 
 def _assert_all_blocked(reach: dict[str, str]) -> None:
-    assert len(reach) >= 19
+    assert len(reach) >= 21
     reachable = {k: v for k, v in reach.items() if not v.startswith("blocked")}
     assert not reachable, reachable
 

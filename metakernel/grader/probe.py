@@ -7,7 +7,8 @@ command line, the eager-baseline cache, a `.env` and an experiment store next to
 work dir, mapping a file it wrote executable (a library written at run time and loaded), a loopback port the
 parent is listening on, and rebuilding the walls from inside: climbing out of its root, remounting or mounting
 file systems, a new user namespace, an anonymous file mapped executable (`memfd_create`); and a secret in the
-grader's environment under a name no credential pattern matches. Tests assert every one is blocked; `.ci/run`
+grader's environment under a name no credential pattern matches; writing the kernel's settings or the device
+nodes' modes. Tests assert every one is blocked; `.ci/run`
 prints it (`python -m metakernel.grader.probe`).
 """
 
@@ -65,6 +66,11 @@ def _climb_out(secret: str) -> Any:
     os.chroot(".")
     with open(secret, "rb") as f:
         return f.read(64)
+
+
+def _open_for_writing(path: str) -> Any:
+    with open(path, "r+"):
+        return "opened"
 
 
 def _memfd_executable() -> Any:
@@ -130,6 +136,11 @@ def reach(targets: dict[str, Any]) -> dict[str, str]:
         "new user namespace": _in_fork(lambda: _libc_call("unshare", 0x10000000)),  # CLONE_NEWUSER
         "anonymous file mapped executable (memfd_create)": _try(_memfd_executable),
         "a secret in the grader's environment under an unguessed name": _try(lambda: os.environ[PROBE_SECRET]),
+        # (both leave things as they were if they succeed: the file is opened, not written; the mode is its own)
+        "open the kernel's settings for writing (/proc/sys)": _try(lambda: _open_for_writing(
+            "/proc/sys/kernel/hostname")),
+        "change a device node's mode (/dev)": _try(lambda: os.chmod("/dev/null",
+                                                                    os.stat("/dev/null").st_mode & 0o7777)),
     }
 
 

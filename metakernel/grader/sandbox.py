@@ -340,6 +340,17 @@ def _bind_ro(libc: Any, root: str, path: str, writable: bool = False) -> None:
     _mount(libc, None, target, None, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | MS_NOEXEC | kept)
 
 
+def _remount_locked(libc: Any, target: str, flags: int, iso: Isolation) -> None:
+    """Remount the bind at `target` with `flags` added, keeping those a user namespace must keep (its locked ones)."""
+    held = os.statvfs(target).f_flag
+    kept = (held & (MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_NOATIME | MS_NODIRATIME)) | (
+        MS_RELATIME if held & 4096 else 0)  # (statvfs's ST_RELATIME is 4096)
+    try:
+        _mount(libc, None, target, None, MS_BIND | MS_REMOUNT | flags | kept)
+    except SandboxError as exc:
+        iso.errors.append(str(exc))
+
+
 def _limits() -> dict[str, Any]:
     import resource
 
@@ -383,6 +394,10 @@ def _build_root(libc: Any, plan: Plan, iso: Isolation) -> None:
         _mount(libc, "tmpfs", _inside(root, "/dev/shm"), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, SCRATCH_TMPFS)
     except SandboxError as exc:
         iso.errors.append(str(exc))
+    # The host's /dev, read-only (device nodes still open for writing: the GPU's, /dev/null) and never executable: a
+    # child keeping root's uid (a user namespace made by a root grader) changed node modes and wrote files there,
+    # which a loader could map (session 35's red-teamer)
+    _remount_locked(libc, _inside(root, "/dev"), MS_RDONLY | MS_NOSUID | MS_NOEXEC, iso)
     if os.path.isdir("/sys"):
         try:
             _bind_ro(libc, root, "/sys")
@@ -399,6 +414,13 @@ def _build_root(libc: Any, plan: Plan, iso: Isolation) -> None:
     else:
         _mount(libc, "/proc", _inside(root, "/proc"), None, MS_BIND | MS_REC)
         iso.proc = "shared"
+    sysctl = _inside(root, "/proc/sys")  # the kernel's settings: read-only whoever the child is (same finding)
+    try:
+        _mount(libc, sysctl, sysctl, None, MS_BIND)
+    except SandboxError as exc:
+        iso.errors.append(str(exc))
+    else:
+        _remount_locked(libc, sysctl, MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, iso)
     _bind_ro(libc, root, plan.work, writable=True)
     _pivot_root(libc, root)
     os.chdir(plan.work)
