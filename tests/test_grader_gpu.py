@@ -178,3 +178,41 @@ def test_the_driver_reports_a_process_s_gpu_memory_through_every_allocator():
     finally:
         proc.kill()
         proc.wait()
+
+
+_AFTER_WARMUP = '''
+import ctypes, sys, torch
+from metakernel.grader import sandbox
+torch.cuda.init(); torch.empty(1, device="cuda")  # the warm-up the child does before its late filter
+libc = ctypes.CDLL(None, use_errno=True)
+libc.prctl(sandbox.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+refused = dict(sandbox.REFUSED_AFTER_WARMUP_X86_64) | (sandbox.REFUSED_WITHOUT_CUDA_X86_64 if sys.argv[1] == "memfd"
+                                                         else {})
+sandbox._install_syscall_filter(libc, sandbox.seccomp_program(refused, clones=False,
+                                                              socket_families=sandbox.REFUSED_SOCKET_FAMILIES))
+a = torch.randn(512, 512, device="cuda")
+b = (a @ a).relu().sum()  # cuBLAS's handle and lazily loaded modules, after the filter
+code = "template <typename T> T twice(T x) { return x * 2; }"
+jit = torch.cuda.jiterator._create_jit_fn(code)  # NVRTC and a module load, as TVM's route does
+c = jit(a)
+with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:  # CUPTI, first use here
+    d = (c * 3).sum()
+torch.cuda.synchronize()
+pinned = torch.empty(1 << 20, pin_memory=True)
+pinned.copy_(a.flatten()[: 1 << 20].cpu())
+print("ok", float(b) == float(b), float(d) == float(d), len(prof.key_averages()) > 0)
+'''
+
+
+@pytest.mark.parametrize("refused", ["queues", "memfd"])
+def test_cuda_runs_after_the_late_filter(refused: str, tmp_path: Path):
+    """What the child's late filter refuses leaves CUDA working: cuBLAS, lazy module loads, NVRTC, CUPTI, pinned
+    memory after it. "memfd" is the open question of session 35 (the driver makes a memfd at its start; CUDA
+    children keep `memfd_create` until this passes on a GPU: then move REFUSED_WITHOUT_CUDA_X86_64 into
+    REFUSED_AFTER_WARMUP_X86_64)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _AFTER_WARMUP, refused], capture_output=True, text=True, timeout=300,
+                          cwd=str(Path(__file__).resolve().parents[1]))
+    assert done.returncode == 0 and done.stdout.strip() == "ok True True True", done.stdout + done.stderr[-3000:]
