@@ -16,9 +16,12 @@ The candidate is an adversary that reads our source, so the walls are the kernel
 - **no capabilities and a syscall filter**: the root is changed by `pivot_root` with the old one detached (a
   `chroot` is left by any process holding CAP_SYS_CHROOT, and a user-namespace child holds every capability over
   its namespace), every capability is dropped, and a seccomp filter refuses what would rebuild the walls from
-  inside: new namespaces, mounts, root changes, anonymous files (`memfd_create`, mappable executable without a
-  file), other processes' memory, kernel-side programs and modules;
-- **resource limits**: no core files, bounded file size and thread count.
+  inside: new namespaces, mounts, root changes, other processes' memory, kernel-side programs and modules; once
+  the DSL is warm a second one refuses message queues, vsock and, without CUDA, anonymous files (`memfd_create`,
+  mappable executable without a file: `refuse_after_warmup`);
+- **nothing left behind**: a finished `uid` child's processes and SysV objects are removed (`reap`); a
+  user-namespace child's pid and IPC namespaces end with it;
+- **resource limits**: no core files, bounded file size and thread count, bounded `/tmp` and `/dev/shm`.
 
 `enter` runs first thing in the child, before torch is imported, and returns what is in force; the grader records
 it in every report. When no isolation can be had the child refuses to run the candidate unless the user opted out
