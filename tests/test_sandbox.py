@@ -60,13 +60,33 @@ def test_user_namespace_mode_isolates_the_same(tmp_path, monkeypatch):
     _assert_all_blocked(report["reach"])
 
 
+def _running(pid: int, uid: int | None = None) -> bool:
+    """`pid` is a live process (not a zombie), of `uid` where given (a reused pid is someone else's)."""
+    try:
+        state = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in state and (uid is None or f"Uid:\t{uid}" in state)
+
+
+def _ends(pid: int, uid: int | None = None, seconds: float = 5.0) -> bool:
+    """`pid` stops running within `seconds` (a SIGKILL is delivered asynchronously)."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while _running(pid, uid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 @pytest.mark.skipif(sandbox.default_mode() != "uid", reason="the uid mode needs a root grader")
 def test_a_process_the_child_moved_to_its_own_session_does_not_outlive_the_grading():
     """A grandchild in a session of its own escapes the worker's killpg; reaping the child's uid ends it."""
     import secrets
     import subprocess
     import sys
-    import time
 
     uid = sandbox.UID_BASE + secrets.randbelow(sandbox.UID_SPAN)
     script = textwrap.dedent("""
@@ -94,31 +114,19 @@ def test_a_process_the_child_moved_to_its_own_session_does_not_outlive_the_gradi
     def ipc_ids(kind: str) -> set[int]:
         return {int(row.split()[1]) for row in Path(f"/proc/sysvipc/{kind}").read_text().splitlines()[1:]}
 
-    def alive() -> bool:
-        try:
-            state = Path(f"/proc/{pid}/status").read_text()
-        except FileNotFoundError:
-            return False
-        return "\nState:\tZ" not in state and f"Uid:\t{uid}" in state
-
-    assert alive() and shm in ipc_ids("shm") and queue in ipc_ids("msg")
+    assert _running(pid, uid) and shm in ipc_ids("shm") and queue in ipc_ids("msg")
     sandbox.reap(uid, uid)
-    for _ in range(100):
-        if not alive():
-            break
-        time.sleep(0.05)
-    assert not alive()
+    assert _ends(pid, uid)
     assert shm not in ipc_ids("shm") and queue not in ipc_ids("msg")  # a memory hold and a channel to the next child
 
 
-@pytest.mark.skipif(sandbox.default_mode() == "none" or not hasattr(sandbox, "_libc"), reason="no isolation here")
+@needs_isolation
 def test_a_user_namespace_child_that_leaves_the_process_group_dies_with_its_waiter(tmp_path):
     """The pid-1 child may `setsid` out of the group the worker kills; it dies with the waiter all the same."""
     import os
     import signal
     import subprocess
     import sys
-    import time
 
     work = tmp_path / "work"
     work.mkdir()
@@ -138,18 +146,7 @@ def test_a_user_namespace_child_that_leaves_the_process_group_dies_with_its_wait
     inner = int(Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()[0])
     os.killpg(proc.pid, signal.SIGKILL)  # what `Worker.kill` does
     proc.wait(timeout=30)
-
-    def alive() -> bool:
-        try:
-            return "\nState:\tZ" not in Path(f"/proc/{inner}/status").read_text()
-        except FileNotFoundError:
-            return False
-
-    for _ in range(100):
-        if not alive():
-            break
-        time.sleep(0.05)
-    assert not alive()
+    assert _ends(inner)
 
 
 @needs_isolation

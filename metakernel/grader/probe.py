@@ -8,8 +8,7 @@ work dir, mapping a file it wrote executable (a library written at run time and 
 parent is listening on, and rebuilding the walls from inside: climbing out of its root, remounting or mounting
 file systems, a new user namespace, an anonymous file mapped executable (`memfd_create`); and a secret in the
 grader's environment under a name no credential pattern matches; writing the kernel's settings or the device
-nodes' modes. Tests assert every one is blocked; `.ci/run`
-prints it (`python -m metakernel.grader.probe`).
+nodes' modes. Tests assert every one is blocked; `.ci/run` prints it (`python -m metakernel.grader.probe`).
 """
 
 from __future__ import annotations
@@ -21,6 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from metakernel.grader.sandbox import CLONE_NEWUSER, MS_BIND, MS_REMOUNT
 
 
 def _try(f: Any) -> str:
@@ -130,10 +131,10 @@ def reach(targets: dict[str, Any]) -> dict[str, str]:
         "regain root": _try(lambda: os.setuid(0) if os.getuid() != 0 else _raise("still root")),
         "climb out of its root (chroot and ..) to .env": _in_fork(lambda: _climb_out(targets["env_file"])),
         "remount a system folder writable": _in_fork(lambda: _libc_call("mount", None, b"/usr", None,
-                                                                       32 | 4096, None)),  # MS_REMOUNT | MS_BIND
+                                                                       MS_REMOUNT | MS_BIND, None)),
         "mount a new (executable) file system": _in_fork(lambda: _libc_call("mount", b"tmpfs", os.getcwd().encode(),
                                                                            b"tmpfs", 0, None)),
-        "new user namespace": _in_fork(lambda: _libc_call("unshare", 0x10000000)),  # CLONE_NEWUSER
+        "new user namespace": _in_fork(lambda: _libc_call("unshare", CLONE_NEWUSER)),
         "anonymous file mapped executable (memfd_create)": _try(_memfd_executable),
         "a secret in the grader's environment under an unguessed name": _try(lambda: os.environ[PROBE_SECRET]),
         # (both leave things as they were if they succeed: the file is opened, not written; the mode is its own)

@@ -46,7 +46,7 @@ CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
 MS_NOEXEC, MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 8, 1024, 2048, 1 << 21
-PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, PR_CAPBSET_DROP = 4, 38, 22, 24
+PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP = 4, 38, 24
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, PR_SET_PDEATHSIG = 47, 4, 1
 CLONE_NEWIPC = 0x08000000
 MNT_DETACH = 2
@@ -337,19 +337,20 @@ def _bind_ro(libc: Any, root: str, path: str, writable: bool = False) -> None:
     # writable, so nothing in it may be mapped executable: a file that writes a shared library there and has a
     # C++ loader dlopen it runs native code in the child, past every audit event (session 32's red-teamer, TVM's
     # module loader reached by name). The source mount's locked flags are kept (a user namespace must keep them).
+    _mount(libc, None, target, None, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | MS_NOEXEC | _held_flags(target))
+
+
+def _held_flags(target: str) -> int:
+    """The mount flags at `target` a remount must keep (a user namespace may not drop the source's locked ones)."""
     held = os.statvfs(target).f_flag
-    kept = (held & (MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOATIME | MS_NODIRATIME)) | (
+    return (held & (MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_NOATIME | MS_NODIRATIME)) | (
         MS_RELATIME if held & 4096 else 0)  # (statvfs's ST_RELATIME is 4096)
-    _mount(libc, None, target, None, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | MS_NOEXEC | kept)
 
 
 def _remount_locked(libc: Any, target: str, flags: int, iso: Isolation) -> None:
-    """Remount the bind at `target` with `flags` added, keeping those a user namespace must keep (its locked ones)."""
-    held = os.statvfs(target).f_flag
-    kept = (held & (MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_NOATIME | MS_NODIRATIME)) | (
-        MS_RELATIME if held & 4096 else 0)  # (statvfs's ST_RELATIME is 4096)
+    """Remount the bind at `target` with `flags` added and its held flags kept; a failure goes to `iso.errors`."""
     try:
-        _mount(libc, None, target, None, MS_BIND | MS_REMOUNT | flags | kept)
+        _mount(libc, None, target, None, MS_BIND | MS_REMOUNT | flags | _held_flags(target))
     except SandboxError as exc:
         iso.errors.append(str(exc))
 
